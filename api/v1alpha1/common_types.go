@@ -1,0 +1,100 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Size names a fixed amount of CPU, memory and disk for a sandbox. The table lives in internal/sandbox/sizes.go
+// and docs/sizes.md.
+// +kubebuilder:validation:Enum=small;medium;large
+type Size string
+
+const (
+	SizeSmall  Size = "small"
+	SizeMedium Size = "medium"
+	SizeLarge  Size = "large"
+)
+
+// NetworkMode says what a sandbox may reach.
+// +kubebuilder:validation:Enum=None;Restricted
+type NetworkMode string
+
+const (
+	// NetworkNone denies all ingress and egress.
+	NetworkNone NetworkMode = "None"
+	// NetworkRestricted denies all ingress and allows only the listed egress, plus DNS to the cluster DNS.
+	NetworkRestricted NetworkMode = "Restricted"
+)
+
+// NetworkSpec says what a sandbox may reach over the network. Ingress is always denied.
+// +kubebuilder:validation:XValidation:rule="self.mode == 'Restricted' || !has(self.egress) || size(self.egress) == 0",message="network.egress may only be set when network.mode is Restricted"
+type NetworkSpec struct {
+	// Mode is None (no network at all, the default) or Restricted (only the listed egress and cluster DNS).
+	// +kubebuilder:default=None
+	// +optional
+	Mode NetworkMode `json:"mode,omitempty"`
+
+	// Egress lists the destinations a Restricted sandbox may open connections to.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	Egress []EgressRule `json:"egress,omitempty"`
+}
+
+// EgressRule allows connections to one CIDR, optionally only on some ports.
+type EgressRule struct {
+	// CIDR is the destination network, e.g. 203.0.113.0/24 or 198.51.100.7/32.
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="cidr must be a CIDR such as 203.0.113.0/24"
+	// +kubebuilder:validation:MaxLength=43
+	// +required
+	CIDR string `json:"cidr"`
+
+	// Ports limits the rule to these ports; empty means every port.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	Ports []EgressPort `json:"ports,omitempty"`
+}
+
+// EgressPort is one destination port.
+type EgressPort struct {
+	// Port is the destination port number.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +required
+	Port int32 `json:"port"`
+
+	// Protocol is TCP (the default), UDP or SCTP.
+	// +kubebuilder:validation:Enum=TCP;UDP;SCTP
+	// +kubebuilder:default=TCP
+	// +optional
+	Protocol corev1.Protocol `json:"protocol,omitempty"`
+}
+
+// EnvVar is a plain environment variable. References to Secrets or ConfigMaps are deliberately not supported:
+// a sandbox runs untrusted code and holds no credentials.
+type EnvVar struct {
+	// Name of the variable; must be a C identifier.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=256
+	// +required
+	Name string `json:"name"`
+
+	// Value of the variable.
+	// +kubebuilder:validation:MaxLength=32768
+	// +optional
+	Value string `json:"value,omitempty"`
+}
+
+// SizeResources overrides the resources of each size for sandboxes made from a template.
+type SizeResources struct {
+	// Small overrides the resources of size small.
+	// +optional
+	Small *corev1.ResourceRequirements `json:"small,omitempty"`
+	// Medium overrides the resources of size medium.
+	// +optional
+	Medium *corev1.ResourceRequirements `json:"medium,omitempty"`
+	// Large overrides the resources of size large.
+	// +optional
+	Large *corev1.ResourceRequirements `json:"large,omitempty"`
+}

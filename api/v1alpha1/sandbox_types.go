@@ -1,0 +1,215 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SandboxSpec describes one disposable, isolated computer. Everything but timeout is fixed at creation,
+// because the sandbox's pod cannot change under a running agent.
+// +kubebuilder:validation:XValidation:rule="has(self.templateRef) != has(self.image)",message="exactly one of spec.templateRef or spec.image must be set"
+// +kubebuilder:validation:XValidation:rule="has(self.templateRef) == has(oldSelf.templateRef) && has(self.image) == has(oldSelf.image) && has(self.runtimeClassName) == has(oldSelf.runtimeClassName) && has(self.size) == has(oldSelf.size) && has(self.resources) == has(oldSelf.resources) && has(self.network) == has(oldSelf.network) && has(self.env) == has(oldSelf.env) && has(self.labels) == has(oldSelf.labels)",message="only spec.timeout may be added or changed after creation"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.timeout) || (has(self.timeout) && duration(self.timeout) >= duration(oldSelf.timeout))",message="spec.timeout may only grow"
+type SandboxSpec struct {
+	// TemplateRef names the SandboxTemplate, in the same namespace, that supplies the image and defaults.
+	// Exactly one of templateRef and image is set.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.templateRef is immutable"
+	// +optional
+	TemplateRef *TemplateReference `json:"templateRef,omitempty"`
+
+	// Image is the container image to run when no template is used, e.g. localhost/airlock/sandbox-python:1.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.image is immutable"
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// RuntimeClassName selects the isolating runtime. Defaults to the template's, else "gvisor".
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.runtimeClassName is immutable"
+	// +optional
+	RuntimeClassName *string `json:"runtimeClassName,omitempty"`
+
+	// Size picks CPU, memory and disk: small, medium or large (see docs/sizes.md). Defaults to the template's,
+	// else small.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.size is immutable"
+	// +optional
+	Size Size `json:"size,omitempty"`
+
+	// Resources overrides the requests and limits that size gives.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.resources is immutable"
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Timeout is the sandbox's hard lifetime from creation, e.g. "30m" or "2h". Defaults to the template's
+	// defaultTimeout, else 30m. It may be raised while the sandbox runs, never lowered; the template's
+	// maxTimeout and the operator's cap (at most 24h) bound it.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="spec.timeout must be greater than 0s and at most 24h"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Network says what the sandbox may reach. Defaults to the template's, else mode None (no network).
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.network is immutable"
+	// +optional
+	Network *NetworkSpec `json:"network,omitempty"`
+
+	// Env sets plain environment variables for every command, after the template's.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.env is immutable"
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Env []EnvVar `json:"env,omitempty"`
+
+	// WorkingDir is where commands start and where files persist for the sandbox's life: a writable,
+	// size-limited volume, also $HOME.
+	// +kubebuilder:default=/home/sandbox
+	// +kubebuilder:validation:Pattern=`^/[A-Za-z0-9._/-]*[A-Za-z0-9._-]$`
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.workingDir is immutable"
+	// +optional
+	WorkingDir string `json:"workingDir,omitempty"`
+
+	// Labels are copied onto the sandbox's pod. Keys under sandbox.airlock.dev/ are reserved.
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('sandbox.airlock.dev/'))",message="spec.labels may not use the reserved prefix sandbox.airlock.dev/"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.labels is immutable"
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// TemplateReference names a SandboxTemplate in the Sandbox's namespace.
+type TemplateReference struct {
+	// Name of the SandboxTemplate.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+}
+
+// SandboxPhase is a one-word summary of a sandbox's life; conditions carry the detail.
+// +kubebuilder:validation:Enum=Pending;Ready;Expired;Terminating;Failed
+type SandboxPhase string
+
+const (
+	PhasePending     SandboxPhase = "Pending"
+	PhaseReady       SandboxPhase = "Ready"
+	PhaseExpired     SandboxPhase = "Expired"
+	PhaseTerminating SandboxPhase = "Terminating"
+	PhaseFailed      SandboxPhase = "Failed"
+)
+
+// Condition types of a Sandbox.
+const (
+	// ConditionReady is True when the pod runs and its network isolation is proven: commands may be run.
+	ConditionReady = "Ready"
+	// ConditionNetworkIsolated is True when our NetworkPolicy exists and matches the spec, no other policy
+	// selects the pod, and the pod's own probe saw a known-blocked address unreachable.
+	ConditionNetworkIsolated = "NetworkIsolated"
+	// ConditionExpired is True once the sandbox's hard expiry has passed.
+	ConditionExpired = "Expired"
+)
+
+// SandboxStatus is written by the controller only.
+type SandboxStatus struct {
+	// Phase summarises the conditions: Pending, Ready, Expired, Terminating or Failed.
+	// +optional
+	Phase SandboxPhase `json:"phase,omitempty"`
+
+	// PodName is the sandbox's pod. Once set, it never changes: a lost pod fails the sandbox rather than
+	// being replaced by an empty one.
+	// +optional
+	PodName string `json:"podName,omitempty"`
+
+	// PodIP is the pod's IP address.
+	// +optional
+	PodIP string `json:"podIP,omitempty"`
+
+	// RuntimeClassName is the runtime class the pod was created with.
+	// +optional
+	RuntimeClassName string `json:"runtimeClassName,omitempty"`
+
+	// Image is the image the pod was created with.
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Size is the size the pod was created with.
+	// +optional
+	Size Size `json:"size,omitempty"`
+
+	// Network is the network the sandbox was created with; its NetworkPolicy is kept to it.
+	// +optional
+	Network *NetworkSpec `json:"network,omitempty"`
+
+	// MaxTimeout is the longest timeout this sandbox may be extended to, fixed when its pod was created.
+	// +optional
+	MaxTimeout *metav1.Duration `json:"maxTimeout,omitempty"`
+
+	// StartedAt is when the pod's sandbox container started; usage counts from here.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+
+	// ExpiresAt is the hard expiry: creation time plus the effective timeout. At this time the sandbox is
+	// marked Expired and deleted.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+
+	// Usage is what the sandbox has used, recorded on each transition and finally on deletion.
+	// +optional
+	Usage *SandboxUsage `json:"usage,omitempty"`
+
+	// Conditions are Ready, NetworkIsolated and Expired.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// SandboxUsage is metered usage.
+type SandboxUsage struct {
+	// SandboxSeconds counts seconds from startedAt to the last transition (or to deletion).
+	SandboxSeconds int64 `json:"sandboxSeconds"`
+}
+
+// Sandbox is one disposable, isolated computer for an AI agent: a pod under an isolating runtime, denied
+// network by default, with a hard expiry. Files persist in spec.workingDir for the sandbox's life.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sbx,categories=airlock
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.status.runtimeClassName`
+// +kubebuilder:printcolumn:name="Size",type=string,JSONPath=`.status.size`
+// +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.expiresAt`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it is used as a label value"
+type Sandbox struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the sandbox should be.
+	// +required
+	Spec SandboxSpec `json:"spec"`
+
+	// Status is what the controller observed.
+	// +optional
+	Status SandboxStatus `json:"status,omitempty"`
+}
+
+// SandboxList is a list of Sandboxes.
+// +kubebuilder:object:root=true
+type SandboxList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Sandbox `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Sandbox{}, &SandboxList{})
+}

@@ -1,0 +1,137 @@
+// Command manager runs the Airlock controller: it reconciles Sandboxes into isolated pods.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/controller"
+	"airlock.dev/airlock/internal/metrics"
+	"airlock.dev/airlock/internal/sandbox"
+	"airlock.dev/airlock/internal/version"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	defaults := sandbox.DefaultDefaults()
+	podOpts := sandbox.DefaultPodOptions(version.InitImage())
+	var (
+		metricsAddr, probeAddr, isolating string
+		leaderElect                       bool
+	)
+	fs := flag.CommandLine
+	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
+	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	fs.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
+	fs.StringVar(&podOpts.InitImage, "init-image", podOpts.InitImage, "Image that holds /airlock-init; it is installed into every sandbox pod.")
+	fs.StringVar(&defaults.RuntimeClassName, "default-runtime-class", defaults.RuntimeClassName, "Runtime class of sandboxes whose spec and template name none.")
+	fs.DurationVar(&defaults.Timeout, "default-timeout", defaults.Timeout, "Lifetime of sandboxes whose spec and template set none.")
+	fs.DurationVar(&defaults.MaxTimeout, "max-timeout", defaults.MaxTimeout, "Cap on every sandbox's lifetime (at most 24h, the API's own cap).")
+	fs.StringVar(&isolating, "isolating-runtime-classes", strings.Join(defaults.IsolatingRuntimes, ","), "Comma-separated runtime classes under which a template may run commands as root.")
+	fs.DurationVar(&podOpts.GateTimeout.Duration, "network-gate-timeout", podOpts.GateTimeout.Duration, "How long a new pod waits for its network isolation to take effect before it fails.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	flag.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: manager [flags]\n\nRuns the Airlock controller (version %s): Sandbox custom resources become isolated pods with a deny-all NetworkPolicy and a hard expiry.\n\nFlags:\n", version.Version)
+		fs.PrintDefaults()
+	}
+	flag.Parse()
+	defaults.IsolatingRuntimes = splitList(isolating)
+	if defaults.MaxTimeout <= 0 || defaults.MaxTimeout > 24*time.Hour {
+		return fmt.Errorf("--max-timeout must be in (0, 24h], got %s", defaults.MaxTimeout)
+	}
+	if defaults.Timeout <= 0 {
+		return fmt.Errorf("--default-timeout must be positive, got %s", defaults.Timeout)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := airlockv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         leaderElect,
+		LeaderElectionID:       "manager.sandbox.airlock.dev",
+		Cache:                  CacheOptions(),
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	m, err := metrics.NewController(crmetrics.Registry, mgr.GetCache())
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	r := &controller.SandboxReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Scheme:    scheme,
+		Recorder:  mgr.GetEventRecorder("airlock-manager"),
+		Clock:     clock.RealClock{},
+		Defaults:  defaults,
+		Pod:       podOpts,
+		Metrics:   m,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("starting manager", "version", version.Version, "initImage", podOpts.InitImage)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// CacheOptions trims the manager's cache: of pods it keeps only sandbox pods. Every NetworkPolicy is cached,
+// since any of them can undo a sandbox's isolation.
+func CacheOptions() cache.Options {
+	req, _ := labels.NewRequirement(sandbox.LabelName, selection.Exists, nil)
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                {Label: labels.NewSelector().Add(*req)},
+		&networkingv1.NetworkPolicy{}: {},
+	}}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,105 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+const (
+	// podDeleteGrace is short: nothing in a sandbox deserves a graceful shutdown once it is deleted.
+	podDeleteGrace int64 = 1
+	// recheckTerminating is a safety net while the pod terminates; its watch event normally comes first.
+	recheckTerminating = 5 * time.Second
+)
+
+// finalize removes the pod, then the policy (never the other way round: the pod must not run a moment without
+// it), records the final usage and releases the Sandbox.
+func (r *SandboxReconciler) finalize(ctx context.Context, sbx *airlockv1.Sandbox, before *airlockv1.SandboxStatus) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(sbx, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	now := r.Clock.Now()
+	gone, err := r.deletePod(ctx, sbx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !gone {
+		obs := observation{now: now, deleting: true, expiresAt: sbx.Status.ExpiresAt, policy: policyInEffect}
+		return ctrl.Result{RequeueAfter: recheckTerminating}, ignoreConflict(r.writeStatus(ctx, sbx, before, obs))
+	}
+	if err := r.deletePolicy(ctx, sbx); err != nil {
+		return ctrl.Result{}, err
+	}
+	usage := sandbox.UsageSeconds(sbx.Status.StartedAt, now)
+	patch := client.MergeFromWithOptions(sbx.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(sbx, Finalizer)
+	if err := r.Patch(ctx, sbx, patch); err != nil {
+		return ctrl.Result{}, ignoreConflict(client.IgnoreNotFound(err))
+	}
+	// Counted only after the finalizer is gone, so a retried finalize never counts twice.
+	size := sbx.Status.Size
+	if size == "" {
+		size = sandbox.DefaultSize
+	}
+	r.Metrics.AddUsage(sbx.Namespace, string(size), usage)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete",
+		"sandbox removed after %d sandbox-seconds (size %s)", usage, size)
+	return ctrl.Result{}, nil
+}
+
+// deletePod deletes the sandbox's pod if it is ours and reports whether it is gone. It asks the API server, not
+// the cache: deleting the policy while a stale cache hides a running pod would open it.
+func (r *SandboxReconciler) deletePod(ctx context.Context, sbx *airlockv1.Sandbox) (bool, error) {
+	pod := &corev1.Pod{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sbx.Name}, pod)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("getting pod: %w", err)
+	case !metav1.IsControlledBy(pod, sbx):
+		return true, nil // not ours: leave it alone
+	case pod.DeletionTimestamp != nil:
+		return false, nil
+	}
+	uid := pod.UID
+	err = r.Delete(ctx, pod, client.GracePeriodSeconds(podDeleteGrace), client.Preconditions{UID: &uid})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("deleting pod: %w", err)
+	}
+	return false, nil
+}
+
+func (r *SandboxReconciler) deletePolicy(ctx context.Context, sbx *airlockv1.Sandbox) error {
+	np := &networkingv1.NetworkPolicy{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sbx.Name}, np)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("getting network policy: %w", err)
+	}
+	if !metav1.IsControlledBy(np, sbx) {
+		return nil
+	}
+	uid := np.UID
+	if err := r.Delete(ctx, np, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting network policy: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// Reasons of the Sandbox conditions. They are part of the API: clients may switch on them.
+const (
+	ReasonReady              = "Ready"
+	ReasonCreating           = "Creating"
+	ReasonStarting           = "Starting"
+	ReasonTemplateNotFound   = "TemplateNotFound"
+	ReasonRuntimeNotFound    = "RuntimeClassNotFound"
+	ReasonInvalid            = "InvalidSpec"
+	ReasonPodRejected        = "PodRejected"
+	ReasonNameConflict       = "NameConflict"
+	ReasonPodFailed          = "PodFailed"
+	ReasonPodLost            = "PodLost"
+	ReasonNotIsolated        = "NotIsolated"
+	ReasonTerminating        = "Terminating"
+	ReasonExpired            = "Expired"
+	ReasonNotExpired         = "NotExpired"
+	ReasonIsolated           = "Isolated"
+	ReasonPolicyMissing      = "PolicyMissing"
+	ReasonPolicyModified     = "PolicyModified"
+	ReasonOtherPolicySelects = "OtherPolicySelects"
+	ReasonGatePending        = "GatePending"
+	ReasonGateFailed         = "GateFailed"
+)
+
+// blocker is a reason the sandbox cannot progress; permanent ones fail it.
+type blocker struct {
+	reason, message string
+	permanent       bool
+}
+
+// policyState is what we found of our NetworkPolicy.
+type policyState int
+
+const (
+	policyMissing policyState = iota
+	policyModified
+	policyInEffect
+)
+
+// observation is everything one reconcile learned; status is a pure function of it.
+type observation struct {
+	now       time.Time
+	expiresAt *metav1.Time
+	deleting  bool
+	blocked   *blocker
+	pod       *corev1.Pod
+	podLost   bool
+	policy    policyState
+	others    []string
+	// resolved is set when settings were resolved from the template; status snapshots it with the pod.
+	resolved *sandbox.Resolved
+}
+
+// computeStatus returns the new status from the old one and what was observed. It sets conditions with
+// ObservedGeneration, keeps transition times of unchanged conditions, and derives the phase from them.
+func computeStatus(sbx *airlockv1.Sandbox, obs observation) airlockv1.SandboxStatus {
+	st := *sbx.Status.DeepCopy()
+	st.ObservedGeneration = sbx.Generation
+	st.ExpiresAt = obs.expiresAt
+	if obs.pod != nil && st.PodName == "" && obs.resolved != nil {
+		snapshot(&st, *obs.resolved)
+	}
+	if obs.pod != nil {
+		st.PodName = obs.pod.Name
+		st.PodIP = obs.pod.Status.PodIP
+		if st.StartedAt == nil {
+			st.StartedAt = containerStartedAt(obs.pod)
+		}
+	}
+	set := func(c metav1.Condition) {
+		c.ObservedGeneration = sbx.Generation
+		c.LastTransitionTime = metav1.NewTime(obs.now)
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
+	expired := sandbox.Expired(obs.now, obs.expiresAt)
+	isolated := isolationCondition(obs)
+	set(isolated)
+	set(expiredCondition(expired, obs.expiresAt))
+	ready := readyCondition(obs, expired, isolated.Status == metav1.ConditionTrue)
+	set(ready)
+
+	phase := phaseOf(obs, expired, ready)
+	if phase != st.Phase {
+		st.Usage = &airlockv1.SandboxUsage{SandboxSeconds: sandbox.UsageSeconds(st.StartedAt, obs.now)}
+	}
+	st.Phase = phase
+	return st
+}
+
+// snapshot records, with the pod, the settings the sandbox keeps for its life whatever its template does later.
+func snapshot(st *airlockv1.SandboxStatus, r sandbox.Resolved) {
+	st.Image = r.Image
+	st.RuntimeClassName = r.RuntimeClassName
+	st.Size = r.Size
+	st.MaxTimeout = &metav1.Duration{Duration: r.MaxTimeout}
+	st.Network = r.Network.DeepCopy()
+}
+
+func phaseOf(obs observation, expired bool, ready metav1.Condition) airlockv1.SandboxPhase {
+	switch {
+	case obs.deleting:
+		return airlockv1.PhaseTerminating
+	case expired:
+		return airlockv1.PhaseExpired
+	case ready.Reason == ReasonPodFailed || ready.Reason == ReasonPodLost || (obs.blocked != nil && obs.blocked.permanent):
+		return airlockv1.PhaseFailed
+	case ready.Status == metav1.ConditionTrue:
+		return airlockv1.PhaseReady
+	}
+	return airlockv1.PhasePending
+}
+
+func readyCondition(obs observation, expired, isolated bool) metav1.Condition {
+	c := metav1.Condition{Type: airlockv1.ConditionReady, Status: metav1.ConditionFalse}
+	pod := obs.pod
+	switch {
+	case obs.deleting:
+		c.Reason, c.Message = ReasonTerminating, "the sandbox is being deleted"
+	case expired:
+		c.Reason, c.Message = ReasonExpired, "the sandbox reached its hard expiry"
+	case obs.podLost:
+		c.Reason, c.Message = ReasonPodLost, "the sandbox's pod disappeared; its files are gone and it is not replaced"
+	case pod != nil && pod.Status.Phase == corev1.PodFailed, pod != nil && pod.Status.Phase == corev1.PodSucceeded:
+		c.Reason, c.Message = ReasonPodFailed, "the sandbox's pod stopped: "+podProblem(pod)
+	case obs.blocked != nil:
+		c.Reason, c.Message = obs.blocked.reason, obs.blocked.message
+	case pod == nil:
+		c.Reason, c.Message = ReasonCreating, "creating the sandbox's pod"
+	case pod.Status.Phase != corev1.PodRunning || !containerRunning(pod):
+		c.Reason, c.Message = ReasonStarting, "the sandbox's pod is starting"
+		if p := podProblem(pod); p != "" {
+			c.Message += ": " + p
+		}
+	case !isolated:
+		c.Reason, c.Message = ReasonNotIsolated, "the pod runs but its network isolation is not proven (see NetworkIsolated)"
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonReady, "the sandbox runs and is isolated"
+	}
+	return c
+}
+
+func isolationCondition(obs observation) metav1.Condition {
+	c := metav1.Condition{Type: airlockv1.ConditionNetworkIsolated, Status: metav1.ConditionFalse}
+	switch {
+	case obs.policy == policyMissing:
+		c.Reason, c.Message = ReasonPolicyMissing, "the sandbox's NetworkPolicy does not exist yet"
+	case obs.policy == policyModified:
+		c.Reason, c.Message = ReasonPolicyModified, "the sandbox's NetworkPolicy was changed by someone else; restoring it"
+	case len(obs.others) > 0:
+		c.Reason = ReasonOtherPolicySelects
+		c.Message = fmt.Sprintf("NetworkPolicies are additive and %s also select(s) this sandbox's pod, so traffic our policy denies may be allowed",
+			strings.Join(obs.others, ", "))
+	default:
+		gate := gateState(obs.pod)
+		c.Reason, c.Message = gate.reason, gate.message
+		if gate.passed {
+			c.Status = metav1.ConditionTrue
+		}
+	}
+	return c
+}
+
+type gate struct {
+	passed          bool
+	reason, message string
+}
+
+// gateState reads the network gate's verdict from the init container: it exits 0 only after it saw a
+// known-blocked address (the node's kubelet port) unreachable from inside the pod.
+func gateState(pod *corev1.Pod) gate {
+	if pod == nil {
+		return gate{reason: ReasonGatePending, message: "waiting for the pod's network probe"}
+	}
+	for _, s := range pod.Status.InitContainerStatuses {
+		if s.Name != sandbox.InitContainerName || s.State.Terminated == nil {
+			continue
+		}
+		if s.State.Terminated.ExitCode == 0 {
+			return gate{passed: true, reason: ReasonIsolated,
+				message: "the NetworkPolicy is in effect: from inside the pod, the node's kubelet port was unreachable before any command ran"}
+		}
+		return gate{reason: ReasonGateFailed, message: "the pod's network probe failed: " + strings.TrimSpace(s.State.Terminated.Message)}
+	}
+	return gate{reason: ReasonGatePending, message: "waiting for the pod's network probe"}
+}
+
+func expiredCondition(expired bool, at *metav1.Time) metav1.Condition {
+	c := metav1.Condition{Type: airlockv1.ConditionExpired, Status: metav1.ConditionFalse, Reason: ReasonNotExpired}
+	if at != nil {
+		c.Message = "expires at " + at.UTC().Format(time.RFC3339)
+	}
+	if expired {
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonExpired
+	}
+	return c
+}
+
+func containerRunning(pod *corev1.Pod) bool {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == sandbox.ContainerName {
+			return s.State.Running != nil
+		}
+	}
+	return false
+}
+
+func containerStartedAt(pod *corev1.Pod) *metav1.Time {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == sandbox.ContainerName && s.State.Running != nil {
+			t := s.State.Running.StartedAt
+			return &t
+		}
+	}
+	return nil
+}
+
+// podProblem describes why a pod is not running, from the first container that says.
+func podProblem(pod *corev1.Pod) string {
+	statuses := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+	for _, s := range statuses {
+		switch {
+		case s.State.Waiting != nil && s.State.Waiting.Reason != "" && s.State.Waiting.Reason != "PodInitializing" && s.State.Waiting.Reason != "ContainerCreating":
+			return fmt.Sprintf("container %s: %s: %s", s.Name, s.State.Waiting.Reason, s.State.Waiting.Message)
+		case s.State.Terminated != nil && s.State.Terminated.ExitCode != 0:
+			return fmt.Sprintf("container %s exited %d (%s) %s", s.Name, s.State.Terminated.ExitCode,
+				s.State.Terminated.Reason, strings.TrimSpace(s.State.Terminated.Message))
+		}
+	}
+	if pod.Status.Message != "" {
+		return pod.Status.Reason + ": " + pod.Status.Message
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+			return "not scheduled: " + c.Message
+		}
+	}
+	return ""
+}

@@ -1,0 +1,251 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// ensureFinalizer adds the cleanup finalizer before anything is created, so nothing can outlive the Sandbox.
+func (r *SandboxReconciler) ensureFinalizer(ctx context.Context, sbx *airlockv1.Sandbox) (bool, error) {
+	if controllerutil.ContainsFinalizer(sbx, Finalizer) {
+		return false, nil
+	}
+	patch := client.MergeFromWithOptions(sbx.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(sbx, Finalizer)
+	if err := r.Patch(ctx, sbx, patch); err != nil {
+		return true, fmt.Errorf("adding finalizer: %w", err)
+	}
+	return false, nil
+}
+
+// resolve works out the sandbox's settings. Before the pod exists they come from the template and defaults;
+// afterwards from the snapshot in status, so editing a template never changes a running sandbox. Problems the
+// user can fix are recorded as obs.blocked; the returned Resolved then still carries usable timeouts.
+func (r *SandboxReconciler) resolve(ctx context.Context, sbx *airlockv1.Sandbox, obs *observation) (sandbox.Resolved, error) {
+	if sbx.Status.PodName != "" {
+		return fromSnapshot(sbx), nil
+	}
+	fallback, _ := sandbox.Resolve(&airlockv1.Sandbox{Spec: airlockv1.SandboxSpec{Image: "-", Timeout: sbx.Spec.Timeout}}, nil, r.Defaults)
+
+	var tmpl *airlockv1.SandboxTemplate
+	if ref := sbx.Spec.TemplateRef; ref != nil {
+		tmpl = &airlockv1.SandboxTemplate{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: ref.Name}, tmpl); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return fallback, fmt.Errorf("getting template %s: %w", ref.Name, err)
+			}
+			obs.blocked = &blocker{reason: ReasonTemplateNotFound,
+				message: fmt.Sprintf("SandboxTemplate %q does not exist in namespace %s", ref.Name, sbx.Namespace)}
+			return fallback, nil
+		}
+	}
+	res, err := sandbox.Resolve(sbx, tmpl, r.Defaults)
+	if err != nil {
+		obs.blocked = &blocker{reason: ReasonInvalid, message: err.Error()}
+		return fallback, nil
+	}
+	rc := &nodev1.RuntimeClass{}
+	if err := r.Get(ctx, client.ObjectKey{Name: res.RuntimeClassName}, rc); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return res, fmt.Errorf("getting runtime class %s: %w", res.RuntimeClassName, err)
+		}
+		obs.blocked = &blocker{reason: ReasonRuntimeNotFound,
+			message: fmt.Sprintf("RuntimeClass %q does not exist: install it (the Helm chart creates gvisor) or pick another runtime", res.RuntimeClassName)}
+	}
+	obs.resolved = &res
+	return res, nil
+}
+
+// fromSnapshot rebuilds the settings that still matter after the pod exists from what status recorded.
+func fromSnapshot(sbx *airlockv1.Sandbox) sandbox.Resolved {
+	res := sandbox.Resolved{
+		Image:            sbx.Status.Image,
+		RuntimeClassName: sbx.Status.RuntimeClassName,
+		Size:             sbx.Status.Size,
+		Network:          airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone},
+	}
+	if sbx.Status.Network != nil {
+		res.Network = *sbx.Status.Network.DeepCopy()
+	}
+	if sbx.Status.MaxTimeout != nil {
+		res.MaxTimeout = sbx.Status.MaxTimeout.Duration
+	}
+	return res
+}
+
+// computeExpiry fixes the absolute expiry the first time and moves it only when spec.timeout grows.
+func (r *SandboxReconciler) computeExpiry(sbx *airlockv1.Sandbox, res sandbox.Resolved, obs *observation) {
+	maxTimeout := res.MaxTimeout
+	if sbx.Status.MaxTimeout != nil {
+		maxTimeout = sbx.Status.MaxTimeout.Duration
+	}
+	at := sandbox.ExpiresAt(sbx.CreationTimestamp.Time, res.Timeout, sbx.Spec.Timeout, maxTimeout, sbx.Status.ExpiresAt)
+	obs.expiresAt = &metav1.Time{Time: at}
+}
+
+// expire marks the sandbox Expired, then deletes it; the finalizer does the cleanup.
+func (r *SandboxReconciler) expire(ctx context.Context, sbx *airlockv1.Sandbox, before *airlockv1.SandboxStatus, obs observation) error {
+	if err := r.writeStatus(ctx, sbx, before, obs); err != nil {
+		return err
+	}
+	uid := sbx.UID
+	if err := r.Delete(ctx, sbx, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting expired sandbox: %w", err)
+	}
+	return nil
+}
+
+// ensurePolicy applies the deny-all policy before the pod exists, and restores it if anyone changed it.
+func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.Sandbox, res sandbox.Resolved, obs *observation) error {
+	want := sandbox.BuildNetworkPolicy(sbx, res.Network)
+	existing := &networkingv1.NetworkPolicy{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), existing)
+	switch {
+	case err == nil && !metav1.IsControlledBy(existing, sbx):
+		obs.blocked = &blocker{reason: ReasonNameConflict, permanent: true,
+			message: fmt.Sprintf("a NetworkPolicy named %q exists and does not belong to this sandbox", want.Name)}
+		return nil
+	case err == nil && sandbox.PolicyMatches(existing, want):
+		obs.policy = policyInEffect
+		return nil
+	case err == nil:
+		obs.policy = policyModified
+	case apierrors.IsNotFound(err):
+		obs.policy = policyInEffect
+		if sbx.Status.PodName != "" {
+			obs.policy = policyMissing // the pod ran without it for a moment
+		}
+	default:
+		return fmt.Errorf("getting network policy: %w", err)
+	}
+	if err := controllerutil.SetControllerReference(sbx, want, r.Scheme); err != nil {
+		return fmt.Errorf("owning network policy: %w", err)
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
+	if err != nil {
+		return fmt.Errorf("converting network policy: %w", err)
+	}
+	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
+	if err := r.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying network policy: %w", err)
+	}
+	return nil
+}
+
+// ensurePod creates the pod once. A pod that existed and is gone fails the sandbox: a fresh pod would silently
+// lose the agent's files.
+func (r *SandboxReconciler) ensurePod(ctx context.Context, sbx *airlockv1.Sandbox, res sandbox.Resolved, obs *observation) error {
+	pod := &corev1.Pod{}
+	key := client.ObjectKey{Namespace: sbx.Namespace, Name: sbx.Name}
+	err := r.Get(ctx, key, pod)
+	if apierrors.IsNotFound(err) && sbx.Status.PodName != "" {
+		// The cache may lag; only the API server may declare the pod lost.
+		err = r.APIReader.Get(ctx, key, pod)
+		if apierrors.IsNotFound(err) {
+			obs.podLost = true
+			return nil
+		}
+	}
+	switch {
+	case err == nil && !metav1.IsControlledBy(pod, sbx):
+		obs.blocked = &blocker{reason: ReasonNameConflict, permanent: true,
+			message: fmt.Sprintf("a pod named %q exists and does not belong to this sandbox", pod.Name)}
+		return nil
+	case err == nil:
+		obs.pod = pod
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("getting pod: %w", err)
+	}
+
+	pod = sandbox.BuildPod(sbx, res, r.Pod)
+	if err := controllerutil.SetControllerReference(sbx, pod, r.Scheme); err != nil {
+		return fmt.Errorf("owning pod: %w", err)
+	}
+	if err := r.Create(ctx, pod); err != nil {
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			return nil // the cache had not seen it yet; its watch event brings us back
+		case apierrors.IsInvalid(err):
+			obs.blocked = &blocker{reason: ReasonPodRejected, permanent: true, message: "the API server rejected the pod: " + err.Error()}
+			return nil
+		case apierrors.IsForbidden(err):
+			obs.blocked = &blocker{reason: ReasonPodRejected, message: "the API server refused the pod (retrying): " + err.Error()}
+			return nil
+		}
+		return fmt.Errorf("creating pod: %w", err)
+	}
+	r.Recorder.Eventf(sbx, pod, corev1.EventTypeNormal, "PodCreated", "Create",
+		"created pod %s with runtime class %s and image %s", pod.Name, res.RuntimeClassName, res.Image)
+	obs.pod = pod
+	return nil
+}
+
+// observeIsolation finds other policies that select the pod: any of them may re-open what ours denies.
+func (r *SandboxReconciler) observeIsolation(ctx context.Context, sbx *airlockv1.Sandbox, obs *observation) error {
+	if obs.pod == nil {
+		return nil
+	}
+	var policies networkingv1.NetworkPolicyList
+	if err := r.List(ctx, &policies, client.InNamespace(sbx.Namespace)); err != nil {
+		return fmt.Errorf("listing network policies: %w", err)
+	}
+	others, err := sandbox.OtherSelectingPolicies(obs.pod.Labels, sbx.Name, policies.Items)
+	if err != nil {
+		return err
+	}
+	obs.others = others
+	return nil
+}
+
+// recordTransitions emits events and metrics for what changed; called only after the status write succeeded.
+func (r *SandboxReconciler) recordTransitions(sbx *airlockv1.Sandbox, before *airlockv1.SandboxStatus, now time.Time) {
+	after := &sbx.Status
+	if before.Phase != after.Phase {
+		switch after.Phase {
+		case airlockv1.PhaseReady:
+			took := now.Sub(sbx.CreationTimestamp.Time)
+			r.Metrics.ObserveReady(took)
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Ready", "Start",
+				"ready %.1fs after creation under runtime class %s", took.Seconds(), after.RuntimeClassName)
+		case airlockv1.PhaseFailed:
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "Failed", "Fail", "%s", readyMessage(after))
+		case airlockv1.PhaseExpired:
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Expired", "Expire",
+				"reached its hard expiry %s; deleting", after.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+	}
+	if wasTrue(before, airlockv1.ConditionNetworkIsolated) && !wasTrue(after, airlockv1.ConditionNetworkIsolated) && sbx.DeletionTimestamp.IsZero() {
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "IsolationLost", "Isolate", "%s", conditionMessage(after, airlockv1.ConditionNetworkIsolated))
+	}
+}
+
+func wasTrue(st *airlockv1.SandboxStatus, condType string) bool {
+	return meta.IsStatusConditionTrue(st.Conditions, condType)
+}
+
+func conditionMessage(st *airlockv1.SandboxStatus, condType string) string {
+	if c := meta.FindStatusCondition(st.Conditions, condType); c != nil {
+		return c.Reason + ": " + c.Message
+	}
+	return ""
+}
+
+func readyMessage(st *airlockv1.SandboxStatus) string {
+	return conditionMessage(st, airlockv1.ConditionReady)
+}

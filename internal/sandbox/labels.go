@@ -1,0 +1,28 @@
+package sandbox
+
+const (
+	// LabelName is set on every object made for a sandbox, with the Sandbox's name as value.
+	LabelName = "sandbox.airlock.dev/name"
+	// LabelManagedBy marks objects Airlock created.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of LabelManagedBy.
+	ManagedByValue = "airlock"
+
+	// ContainerName is the sandbox's main container, the one commands are executed in.
+	ContainerName = "sandbox"
+	// InitContainerName installs airlock-init and waits until network isolation is in effect.
+	InitContainerName = "airlock-setup"
+
+	// ToolsDir is where airlock-init is installed for the sandbox container (read-only there).
+	ToolsDir = "/airlock/bin"
+	// InitBinary is the path of airlock-init inside the sandbox container.
+	InitBinary = ToolsDir + "/airlock-init"
+
+	// SandboxUID is the fixed non-root user commands run as.
+	SandboxUID int64 = 1000
+)
+
+// SelectorLabels are the labels that select a sandbox's pod.
+func SelectorLabels(sandboxName string) map[string]string {
+	return map[string]string{LabelName: sandboxName}
+}

@@ -1,0 +1,134 @@
+package sandbox
+
+import (
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+)
+
+// PodOptions are the operator's settings for every sandbox pod.
+type PodOptions struct {
+	// InitImage holds airlock-init at /airlock-init; it installs itself for the sandbox container and runs the
+	// network gate.
+	InitImage string
+	// GatePort is the port on the node's IP that the network gate expects to be unreachable (the kubelet's).
+	GatePort int32
+	// GateTimeout bounds how long the gate waits for isolation before failing the pod.
+	GateTimeout metav1.Duration
+}
+
+// DefaultPodOptions are the defaults of PodOptions except the image, which depends on the release.
+func DefaultPodOptions(initImage string) PodOptions {
+	return PodOptions{InitImage: initImage, GatePort: 10250, GateTimeout: metav1.Duration{Duration: 30e9}}
+}
+
+const (
+	toolsVolume   = "airlock-tools"
+	workdirVolume = "workdir"
+	// terminationGrace is short: a sandbox holds no state worth a graceful shutdown once it is being deleted.
+	terminationGrace int64 = 2
+)
+
+// BuildPod returns the sandbox's pod. Its PID 1 is airlock-init, which keeps the container alive between
+// commands and reaps the orphans that exec'd commands leave, whatever the image contains. The pod passes the
+// restricted Pod Security Standard unless the template asked for root under an isolating runtime.
+func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
+	labels := map[string]string{}
+	for k, v := range r.Labels {
+		labels[k] = v
+	}
+	labels[LabelName] = sbx.Name
+	labels[LabelManagedBy] = ManagedByValue
+
+	uid := SandboxUID
+	nonRoot := true
+	if r.RunAsRoot {
+		uid, nonRoot = 0, false
+	}
+
+	env := []corev1.EnvVar{{Name: "HOME", Value: r.WorkingDir}, {Name: "USER", Value: "sandbox"}}
+	for _, e := range r.Env {
+		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      sbx.Name,
+			Namespace: sbx.Namespace,
+			Labels:    labels,
+		},
+		Spec: corev1.PodSpec{
+			RuntimeClassName:              ptr.To(r.RuntimeClassName),
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To(terminationGrace),
+			Hostname:                      "sandbox",
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(nonRoot),
+				RunAsUser:      ptr.To(uid),
+				RunAsGroup:     ptr.To(uid),
+				FSGroup:        ptr.To(uid),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			InitContainers: []corev1.Container{{
+				Name:  InitContainerName,
+				Image: o.InitImage,
+				Command: []string{"/airlock-init", "setup",
+					"--install-dir=" + ToolsDir,
+					"--gate-host=$(AIRLOCK_NODE_IP)",
+					"--gate-port=" + strconv.Itoa(int(o.GatePort)),
+					"--gate-timeout=" + o.GateTimeout.Duration.String(),
+				},
+				Env: []corev1.EnvVar{{
+					Name:      "AIRLOCK_NODE_IP",
+					ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}},
+				}},
+				SecurityContext: restrictedContainer(SandboxUID, true),
+				Resources:       initResources(),
+				VolumeMounts:    []corev1.VolumeMount{{Name: toolsVolume, MountPath: ToolsDir}},
+			}},
+			Containers: []corev1.Container{{
+				Name:            ContainerName,
+				Image:           r.Image,
+				Command:         []string{InitBinary, "pid1"},
+				WorkingDir:      r.WorkingDir,
+				Env:             env,
+				SecurityContext: restrictedContainer(uid, nonRoot),
+				Resources:       r.Resources,
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: toolsVolume, MountPath: ToolsDir, ReadOnly: true},
+					{Name: workdirVolume, MountPath: r.WorkingDir},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: toolsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: workdirVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+					SizeLimit: ptr.To(r.WorkdirLimit),
+				}}},
+			},
+		},
+	}
+}
+
+func restrictedContainer(uid int64, nonRoot bool) *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(nonRoot),
+		RunAsUser:                ptr.To(uid),
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+func initResources() corev1.ResourceRequirements {
+	q := corev1.ResourceList{}
+	q[corev1.ResourceCPU] = resource.MustParse("100m")
+	q[corev1.ResourceMemory] = resource.MustParse("32Mi")
+	return corev1.ResourceRequirements{Requests: q, Limits: q.DeepCopy()}
+}

@@ -1,0 +1,12 @@
+// Package version holds the release version and the image names derived from it. The Makefile sets Version
+// at link time (-X), so binaries and the images they reference always agree.
+package version
+
+// Version is the Airlock release, set with -ldflags "-X airlock.dev/airlock/internal/version.Version=...".
+var Version = "0.1.0"
+
+// ImageRepository is where Airlock's own images are named; locally built images live under localhost/.
+var ImageRepository = "localhost/airlock"
+
+// InitImage is the image holding /airlock-init for this release.
+func InitImage() string { return ImageRepository + "/init:" + Version }
