@@ -1,0 +1,157 @@
+package runwrap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// streamOut is one of the exec stream's output descriptors. It is switched to
+// non-blocking mode so that writes can carry a deadline: a write that makes
+// no progress for the stall timeout means nobody reads the stream any more.
+type streamOut struct {
+	f         *os.File // kept referenced: its finalizer would close the fd
+	deadlines bool
+	count     atomic.Int64 // bytes of the command's output captured
+}
+
+func newStreamOut(fd int, name string) *streamOut {
+	o := &streamOut{}
+	// A descriptor shared with stdin (a tty or socket) stays blocking: the
+	// command reads stdin directly and must not see EAGAIN.
+	var st0, st syscall.Stat_t
+	shared := syscall.Fstat(0, &st0) == nil && syscall.Fstat(fd, &st) == nil &&
+		st0.Dev == st.Dev && st0.Ino == st.Ino
+	if !shared && syscall.SetNonblock(fd, true) == nil {
+		o.deadlines = true
+	}
+	o.f = os.NewFile(uintptr(fd), name)
+	return o
+}
+
+func (o *streamOut) write(b []byte, stall time.Duration) error {
+	if o.deadlines && stall > 0 {
+		// Fails harmlessly for files the poller cannot handle (regular files).
+		_ = o.f.SetWriteDeadline(time.Now().Add(stall))
+	}
+	_, err := o.f.Write(b)
+	return err
+}
+
+// copy tees one output pipe of the command into its file and the stream,
+// enforcing --max-output across both streams. It reads until EOF even after
+// the stream is lost, so the command never blocks on a full pipe.
+func (s *supervisor) copy(wg *sync.WaitGroup, src, file *os.File, dst *streamOut) {
+	defer wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		data := buf[:n]
+		if limit := s.cfg.MaxOutput; limit > 0 && n > 0 {
+			if over := s.total.Add(int64(n)) - limit; over > 0 {
+				data = data[:max(0, int64(n)-over)]
+				if s.outputLimit.CompareAndSwap(false, true) {
+					s.requestKill()
+				}
+			}
+		}
+		if len(data) > 0 {
+			dst.count.Add(int64(len(data)))
+			if file != nil {
+				if _, werr := file.Write(data); werr != nil {
+					s.setFileErr(fmt.Errorf("write %s: %w", file.Name(), werr))
+					file = nil
+				}
+			}
+			if !s.streamLost.Load() {
+				if werr := dst.write(data, s.cfg.StallTimeout); werr != nil {
+					s.streamLost.Store(true)
+					s.requestKill()
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// command builds the user's command: own session (so its group can be
+// signalled as a whole), the given cwd and env, stdin passed straight through.
+func (s *supervisor) command(outW, errW *os.File) (*exec.Cmd, error) {
+	argv := s.cfg.command()
+	if s.cfg.Shell != "" {
+		argv[0] = shellPath
+		if _, err := os.Stat(shellPath); err != nil {
+			return nil, fmt.Errorf("this image has no %s; pass the command as an argv instead: %w", shellPath, exec.ErrNotFound)
+		}
+	}
+	env := append(os.Environ(), s.cfg.Env...) // os/exec keeps the last duplicate
+	path, err := lookPath(argv[0], lastEnv(env, "PATH"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        argv,
+		Env:         env,
+		Dir:         s.cfg.Cwd,
+		Stdout:      outW,
+		Stderr:      errW,
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if !s.cfg.NoStdin {
+		cmd.Stdin = os.Stdin
+	}
+	return cmd, nil
+}
+
+// shellPath is ShellPath; a variable so tests can point it elsewhere.
+var shellPath = ShellPath
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// lookPath resolves name against the command's PATH (not ours, which
+// exec.LookPath would use).
+func lookPath(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil // may be relative to --cwd: Start reports errors
+	}
+	if path == "" {
+		path = defaultPath
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
+}
+
+func lastEnv(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// startFailure maps a start error to a shell-like exit code and message.
+func startFailure(err error) (int, string) {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) && !strings.Contains(err.Error(), "chdir") {
+		return 127, err.Error()
+	}
+	return 126, err.Error()
+}

@@ -1,0 +1,135 @@
+package runwrap
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestTimeoutKillsWholeTree(t *testing.T) {
+	a, b, c := uniqueSleep(), uniqueSleep(), uniqueSleep()
+	// A background child, one that escapes the group with setsid, and the
+	// foreground one.
+	r := runWrapper(t, nil, "--timeout", "500ms", "--grace", "300ms", "--shell",
+		"sleep "+a+" & setsid sleep "+b+" & sleep "+c)
+	if !r.trailer.TimedOut || r.code != ExitTimeout {
+		t.Fatalf("want timeout: %+v code %d", r.trailer, r.code)
+	}
+	if r.elapsed > 5*time.Second {
+		t.Fatalf("took %v", r.elapsed)
+	}
+	for _, s := range []string{a, b, c} {
+		waitGone(t, s, time.Second)
+	}
+}
+
+func TestTimeoutEscalatesToSIGKILL(t *testing.T) {
+	s := uniqueSleep()
+	r := runWrapper(t, nil, "--timeout", "300ms", "--grace", "300ms", "--shell",
+		"trap '' TERM; sleep "+s+"; echo survived")
+	if !r.trailer.TimedOut || r.stdout != "" {
+		t.Fatalf("%+v stdout %q", r.trailer, r.stdout)
+	}
+	waitGone(t, s, time.Second)
+}
+
+func TestLeftoversKilledAfterExit(t *testing.T) {
+	s := uniqueSleep()
+	r := runWrapper(t, nil, "--shell", "(setsid sleep "+s+" >/dev/null 2>&1 &); echo started")
+	if r.trailer.ExitCode != 0 || r.trailer.LeftoversKilled < 1 || r.stdout != "started\n" {
+		t.Fatalf("%+v %q", r.trailer, r.stdout)
+	}
+	waitGone(t, s, time.Second)
+}
+
+func TestKeepLeftovers(t *testing.T) {
+	s := uniqueSleep()
+	r := runWrapper(t, nil, "--keep-leftovers", "--shell", "(setsid sleep "+s+" >/dev/null 2>&1 &); echo started")
+	if r.trailer.ExitCode != 0 || r.trailer.LeftoversKilled != 0 || r.elapsed > 3*time.Second {
+		t.Fatalf("%+v in %v", r.trailer, r.elapsed)
+	}
+	pids := procsWith(s)
+	if len(pids) != 1 {
+		t.Fatalf("kept process missing: %v", pids)
+	}
+	_ = syscall.Kill(pids[0], syscall.SIGKILL)
+}
+
+// The runtime SIGKILLs the exec'd process when the client goes away: the
+// supervisor must notice through the lifeline and kill the tree.
+func TestFrontKilledKillsTree(t *testing.T) {
+	s := uniqueSleep()
+	cmd := wrapperCmd(t, "--shell", "sleep "+s+" & setsid sleep "+s)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitPresent(t, s, 2)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	waitGone(t, s, 5*time.Second)
+}
+
+// A reader that goes away (EPIPE) must end the command.
+func TestBrokenStdoutKillsTree(t *testing.T) {
+	s := uniqueSleep()
+	cmd := wrapperCmd(t, "--shell", "sleep "+s+" & yes")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = pw.Close()
+	if _, err := bufio.NewReader(pr).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	_ = pr.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("wrapper did not end after its stdout broke")
+	}
+	waitGone(t, s, time.Second)
+}
+
+// A stream nobody reads any more (writes block) counts as lost after the
+// stall timeout.
+func TestStalledStdoutKillsTree(t *testing.T) {
+	s := uniqueSleep()
+	cmd := wrapperCmd(t, "--stall-timeout", "300ms", "--shell", "sleep "+s+" & yes")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close() // open but never read: writes block once the pipe is full
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = pw, &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = pw.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+		t.Logf("wrapper ended %v after start", time.Since(start))
+		if strings.Contains(stderr.String(), testNonce) {
+			t.Fatalf("no trailer expected on a lost stream: %q", stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("wrapper did not give up on a stalled stream")
+	}
+	waitGone(t, s, time.Second)
+}

@@ -1,0 +1,275 @@
+package runwrap
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+const (
+	// How long to wait for the output pipes to reach EOF once the command and
+	// its leftovers are gone (or, with --keep-leftovers, once it exited).
+	drainTimeout     = 2 * time.Second
+	keptDrainTimeout = 200 * time.Millisecond
+	trailerTimeout   = 10 * time.Second
+)
+
+// supervisor owns one run: it starts the command, tees its output, enforces
+// the limits and writes the trailer.
+type supervisor struct {
+	cfg   Config
+	files *outFiles
+
+	stdout, stderr *streamOut
+
+	total       atomic.Int64 // stdout+stderr bytes captured
+	timedOut    atomic.Bool
+	outputLimit atomic.Bool
+	streamLost  atomic.Bool
+	fileErr     atomic.Pointer[string]
+	killReq     chan struct{}
+	killOnce    sync.Once
+}
+
+func supervise() int {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	_ = os.Unsetenv(roleEnv) // the command must not inherit it
+	life := os.NewFile(fdLifeline, "lifeline")
+	ready := os.NewFile(fdReady, "ready")
+	var cfg Config
+	if err := json.NewDecoder(life).Decode(&cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-init run: read config: %v\n", err)
+		return ExitWrapperError
+	}
+	if err := cfg.validate(); err != nil {
+		return wrapperFailed(cfg.Nonce, os.Stderr, err)
+	}
+	s := &supervisor{cfg: cfg, killReq: make(chan struct{}, 1)}
+	s.stdout = newStreamOut(1, "stdout")
+	s.stderr = newStreamOut(2, "stderr")
+	return s.run(life, ready)
+}
+
+func (s *supervisor) setFileErr(err error) {
+	msg := err.Error()
+	s.fileErr.CompareAndSwap(nil, &msg)
+}
+
+// requestKill asks the main loop to kill the tree (non-blocking).
+func (s *supervisor) requestKill() {
+	select {
+	case s.killReq <- struct{}{}:
+	default:
+	}
+}
+
+func (s *supervisor) run(life, ready *os.File) int {
+	if err := becomeSubreaper(); err != nil {
+		// Without it, escaped processes re-parent to PID 1 and are missed.
+		return s.finishWrapperError(ready, fmt.Errorf("become subreaper: %w", err))
+	}
+	dir := s.cfg.OutDir
+	if dir == "" {
+		dir = defaultOutDir()
+	}
+	files, err := openOutFiles(dir)
+	if err != nil {
+		s.setFileErr(err)
+	} else {
+		s.files = files
+	}
+	oomBefore := oomKillCount()
+
+	outR, outW, err1 := os.Pipe()
+	errR, errW, err2 := os.Pipe()
+	if err := errors.Join(err1, err2); err != nil {
+		return s.finishWrapperError(ready, fmt.Errorf("output pipes: %w", err))
+	}
+	cmd, startErr := s.command(outW, errW)
+	if startErr == nil {
+		startErr = cmd.Start()
+	}
+	_ = outW.Close()
+	_ = errW.Close()
+	begin := time.Now()
+	_, _ = io.WriteString(ready, "ok\n")
+	_ = ready.Close()
+
+	var wg sync.WaitGroup
+	var outFile, errFile *os.File
+	if s.files != nil {
+		outFile, errFile = s.files.stdout, s.files.stderr
+	}
+	wg.Add(2)
+	go s.copy(&wg, outR, outFile, s.stdout)
+	go s.copy(&wg, errR, errFile, s.stderr)
+	go s.watchLifeline(life)
+
+	t := Trailer{OOMKills: -1}
+	if startErr != nil {
+		t.ExitCode, t.StartError = startFailure(startErr)
+		s.note(errFile, "airlock: "+t.StartError+"\n")
+		s.waitCopiers(&wg, outR, errR, drainTimeout)
+	} else {
+		t = s.supervise(cmd, &wg, outR, errR)
+		t.DurationMS = time.Since(begin).Milliseconds()
+	}
+	reapOrphans()
+	if oomBefore >= 0 {
+		if after := oomKillCount(); after >= 0 {
+			t.OOMKills = after - oomBefore
+		}
+	}
+	return s.finish(t)
+}
+
+// supervise waits for the command while enforcing the timeout and the kill
+// requests, then deals with leftovers and drains the pipes.
+func (s *supervisor) supervise(cmd *exec.Cmd, wg *sync.WaitGroup, outR, errR *os.File) Trailer {
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	var timeout <-chan time.Time
+	if s.cfg.Timeout > 0 {
+		tm := time.NewTimer(s.cfg.Timeout)
+		defer tm.Stop()
+		timeout = tm.C
+	}
+	me, pgid := os.Getpid(), cmd.Process.Pid
+	killed := make(chan struct{})
+	startKill := func() {
+		s.killOnce.Do(func() {
+			go func() { killTree(me, pgid, s.cfg.Grace); close(killed) }()
+		})
+	}
+	var err error
+loop:
+	for {
+		select {
+		case <-timeout:
+			s.timedOut.Store(true)
+			startKill()
+		case <-s.killReq:
+			startKill()
+		case err = <-waitErr:
+			break loop
+		}
+	}
+	t := Trailer{OOMKills: -1}
+	t.ExitCode, t.Signal = exitStatus(cmd.ProcessState, err)
+
+	drain := drainTimeout
+	s.killOnce.Do(func() {
+		close(killed) // the command ended on its own
+		if s.cfg.KeepLeftovers {
+			drain = keptDrainTimeout
+			return
+		}
+		if len(liveDescendants(me)) > 0 {
+			t.LeftoversKilled = killTree(me, 0, s.cfg.Grace)
+		}
+	})
+	<-killed
+	s.waitCopiers(wg, outR, errR, drain)
+	t.TimedOut = s.timedOut.Load()
+	t.OutputLimit = s.outputLimit.Load()
+	return t
+}
+
+// waitCopiers waits for both output pipes to reach EOF; past the timeout
+// (a kept leftover still holds them) it closes our read ends.
+func (s *supervisor) waitCopiers(wg *sync.WaitGroup, outR, errR *os.File, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		_ = outR.Close()
+		_ = errR.Close()
+		<-done
+	}
+}
+
+// watchLifeline kills the tree when the front dies: the runtime killed the
+// exec process, so nobody is listening any more.
+func (s *supervisor) watchLifeline(life *os.File) {
+	_, _ = io.Copy(io.Discard, life)
+	s.streamLost.Store(true)
+	s.requestKill()
+}
+
+// finish writes the trailer (unless the stream is gone), closes and rotates
+// the output files, and returns the wrapper's exit code.
+func (s *supervisor) finish(t Trailer) int {
+	if s.files != nil {
+		t.StdoutPath, t.StderrPath = s.files.path("stdout"), s.files.path("stderr")
+		if err := s.files.close(); err != nil {
+			s.setFileErr(err)
+		}
+		if err := rotateOutFiles(s.files.dir, s.cfg.Keep); err != nil {
+			s.setFileErr(err)
+		}
+	}
+	t.StdoutBytes, t.StderrBytes = s.stdout.count.Load(), s.stderr.count.Load()
+	if p := s.fileErr.Load(); p != nil {
+		t.FileError = *p
+	}
+	if !s.streamLost.Load() {
+		if b, err := FormatTrailer(s.cfg.Nonce, t); err == nil {
+			_ = s.stderr.write(b, trailerTimeout)
+		}
+	}
+	switch {
+	case t.TimedOut:
+		return ExitTimeout
+	case t.Signal != "":
+		return 128 + int(signalNumber(t.Signal))
+	case t.ExitCode < 0:
+		return ExitWrapperError
+	}
+	return t.ExitCode
+}
+
+func (s *supervisor) finishWrapperError(ready *os.File, err error) int {
+	_, _ = io.WriteString(ready, "ok\n")
+	_ = ready.Close()
+	return wrapperFailed(s.cfg.Nonce, os.Stderr, err)
+}
+
+// note writes a wrapper message into the command's stderr (stream and file),
+// counted like the command's own output.
+func (s *supervisor) note(file *os.File, msg string) {
+	s.stderr.count.Add(int64(len(msg)))
+	if file != nil {
+		_, _ = file.WriteString(msg)
+	}
+	_ = s.stderr.write([]byte(msg), s.cfg.StallTimeout)
+}
+
+// exitStatus maps a finished command to (exit code, signal name).
+func exitStatus(ps *os.ProcessState, err error) (int, string) {
+	if ps == nil {
+		return -1, ""
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return -1, signalName(ws.Signal())
+	}
+	_ = err // a non-zero exit is reported through ps
+	return ps.ExitCode(), ""
+}
+
+func signalNumber(name string) syscall.Signal {
+	for i := syscall.Signal(1); i < 65; i++ {
+		if signalName(i) == name {
+			return i
+		}
+	}
+	return 0
+}

@@ -1,0 +1,70 @@
+package runwrap
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// TrailerVersion is the "v" field of the trailer; bump it on incompatible changes.
+const TrailerVersion = 1
+
+// Trailer is the machine-readable end of a run. It is written as the last
+// bytes of stderr, as "\n" + nonce + " " + JSON + "\n". The leading newline
+// belongs to the trailer (not to the command's stderr), so the trailer always
+// starts a line whether or not the command's output ended with one.
+//
+// Only the final line of stderr can be the trailer: a trailer-looking line in
+// the middle of the output is the command's own data. Without the nonce (the
+// caller makes a fresh random one per call) a command cannot produce a line the
+// caller accepts by accident; one that deliberately reads its ancestors' argv
+// could print one, but the supervisor always writes the real trailer after all
+// of the command's output, and a front whose supervisor was killed writes one
+// with WrapperError set.
+type Trailer struct {
+	V int `json:"v"`
+	// ExitCode is the command's exit status, -1 if it died from a signal, 126 or
+	// 127 (as a shell reports) if it could not be started.
+	ExitCode int `json:"exit_code"`
+	// Signal is the terminating signal's name ("SIGKILL"), empty if it exited.
+	Signal string `json:"signal,omitempty"`
+	// TimedOut: the wrapper's --timeout fired and it killed the tree.
+	TimedOut bool `json:"timed_out"`
+	// OutputLimit: the output exceeded --max-output and the tree was killed.
+	OutputLimit bool   `json:"output_limit,omitempty"`
+	StdoutPath  string `json:"stdout_path,omitempty"`
+	StderrPath  string `json:"stderr_path,omitempty"`
+	// Byte counts of everything the command wrote (all of it is in the files,
+	// unless FileError says otherwise).
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	DurationMS  int64 `json:"duration_ms"`
+	// OOMKills is how much the container cgroup's oom_kill counter grew during
+	// the run; -1 when the counter is not readable (e.g. some gVisor setups).
+	OOMKills int64 `json:"oom_kills"`
+	// LeftoversKilled counts processes still alive after the command exited
+	// that the wrapper killed.
+	LeftoversKilled int    `json:"leftovers_killed,omitempty"`
+	StartError      string `json:"start_error,omitempty"`
+	FileError       string `json:"file_error,omitempty"`
+	// WrapperError means the wrapper itself failed; the fields above may then
+	// be incomplete.
+	WrapperError string `json:"wrapper_error,omitempty"`
+}
+
+// FormatTrailer renders t for nonce as it appears at the end of stderr.
+func FormatTrailer(nonce string, t Trailer) ([]byte, error) {
+	if !ValidNonce(nonce) {
+		return nil, fmt.Errorf("invalid nonce %q", nonce)
+	}
+	t.V = TrailerVersion
+	js, err := json.Marshal(t)
+	if err != nil {
+		return nil, fmt.Errorf("encode trailer: %w", err)
+	}
+	out := make([]byte, 0, len(nonce)+len(js)+3)
+	out = append(out, '\n')
+	out = append(out, nonce...)
+	out = append(out, ' ')
+	out = append(out, js...)
+	return append(out, '\n'), nil
+}

@@ -1,0 +1,132 @@
+package runwrap
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseArgs(t *testing.T) {
+	good := "--nonce=" + testNonce
+	c, err := ParseArgs([]string{good, "--timeout", "1m30s", "--env", "A=1", "--env", "B=", "--cwd", "/w", "--no-stdin", "--", "ls", "-l", "--", "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Nonce: testNonce, Timeout: 90 * time.Second, Grace: DefaultGrace, StallTimeout: DefaultStallTimeout,
+		Cwd: "/w", Env: []string{"A=1", "B="}, Argv: []string{"ls", "-l", "--", "x"}, NoStdin: true, Keep: DefaultKeep}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("got %+v\nwant %+v", c, want)
+	}
+	c, err = ParseArgs([]string{good, "--shell", "echo hi"})
+	if err != nil || !reflect.DeepEqual(c.command(), []string{ShellPath, "-c", "echo hi"}) {
+		t.Fatalf("%v %v", c.command(), err)
+	}
+	for _, bad := range [][]string{
+		{"--", "ls"},                              // no nonce
+		{"--nonce", "short", "--", "ls"},          // nonce too short
+		{"--nonce", testNonce + " x", "--", "ls"}, // bad characters
+		{good},                                    // no command
+		{good, "--shell", "x", "--", "ls"},        // both
+		{good, "--env", "NOEQUALS", "--", "ls"},
+		{good, "--timeout", "-1s", "--", "ls"},
+		{good, "--keep", "0", "--", "ls"},
+		{good, "--", ""},
+	} {
+		if _, err := ParseArgs(bad); err == nil {
+			t.Errorf("ParseArgs(%q) accepted", bad)
+		}
+	}
+}
+
+func TestFormatTrailer(t *testing.T) {
+	b, err := FormatTrailer(testNonce, Trailer{ExitCode: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if !strings.HasPrefix(s, "\n"+testNonce+" {") || !strings.HasSuffix(s, "}\n") || strings.Count(s, "\n") != 2 {
+		t.Fatalf("%q", s)
+	}
+	if _, err := FormatTrailer("bad nonce", Trailer{}); err == nil {
+		t.Fatal("bad nonce accepted")
+	}
+}
+
+func TestOutFilesNumberingAndRotation(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	for i := 1; i <= 5; i++ {
+		o, err := openOutFiles(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.n != i {
+			t.Fatalf("run %d got number %d", i, o.n)
+		}
+		_ = o.close()
+	}
+	if err := rotateOutFiles(dir, 2); err != nil {
+		t.Fatal(err)
+	}
+	nums, _ := outNumbers(dir)
+	if !reflect.DeepEqual(nums, []int{4, 5}) {
+		t.Fatalf("kept %v", nums)
+	}
+	// A number taken by someone else is skipped.
+	if err := os.WriteFile(filepath.Join(dir, "6.stdout"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := openOutFiles(dir); err != nil || o.n != 7 {
+		t.Fatalf("%v %v", o, err)
+	}
+}
+
+func TestRotationThroughWrapper(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	for i := 0; i < 4; i++ {
+		r := runCmd(t, wrapperCmdDir(dir, "--keep", "2", "--", "echo", "x"), nil)
+		if r.trailer == nil || r.trailer.StdoutPath != filepath.Join(dir, []string{"1", "2", "3", "4"}[i]+".stdout") {
+			t.Fatalf("run %d: %+v", i, r.trailer)
+		}
+	}
+	nums, _ := outNumbers(dir)
+	if !reflect.DeepEqual(nums, []int{3, 4}) {
+		t.Fatalf("kept %v", nums)
+	}
+}
+
+func TestParseOOMKill(t *testing.T) {
+	v2 := "low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"
+	if n, ok := parseOOMKill([]byte(v2)); !ok || n != 2 {
+		t.Fatalf("v2: %d %v", n, ok)
+	}
+	v1 := "oom_kill_disable 0\nunder_oom 0\noom_kill 5\n"
+	if n, ok := parseOOMKill([]byte(v1)); !ok || n != 5 {
+		t.Fatalf("v1: %d %v", n, ok)
+	}
+	if _, ok := parseOOMKill([]byte("nothing here")); ok {
+		t.Fatal("parsed garbage")
+	}
+}
+
+func TestLiveDescendantsSeesOwnChild(t *testing.T) {
+	s := uniqueSleep()
+	cmd := wrapperCmd(t, "--", "sleep", s)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	waitPresent(t, s, 1)
+	ds := liveDescendants(os.Getpid())
+	found := false
+	for _, pid := range ds {
+		for _, p := range procsWith(s) {
+			found = found || pid == p
+		}
+	}
+	if !found {
+		t.Fatalf("sleep %s not among descendants %v", s, ds)
+	}
+}
