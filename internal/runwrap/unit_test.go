@@ -28,8 +28,8 @@ func TestParseArgs(t *testing.T) {
 		{"--", "ls"},                              // no nonce
 		{"--nonce", "short", "--", "ls"},          // nonce too short
 		{"--nonce", testNonce + " x", "--", "ls"}, // bad characters
-		{good},                                    // no command
-		{good, "--shell", "x", "--", "ls"},        // both
+		{good},                             // no command
+		{good, "--shell", "x", "--", "ls"}, // both
 		{good, "--env", "NOEQUALS", "--", "ls"},
 		{good, "--timeout", "-1s", "--", "ls"},
 		{good, "--keep", "0", "--", "ls"},
