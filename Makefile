@@ -62,7 +62,7 @@ envtest-assets: ## Build etcd, kube-apiserver and kubectl for envtest into the m
 
 .PHONY: test-integration
 test-integration: envtest-assets ## Integration tests against a real kube-apiserver + etcd (envtest).
-	KUBEBUILDER_ASSETS=$(K8S_BIN_DIR) go test $(GO_TEST_FLAGS) ./internal/controller/... -run 'Integration' -count=1 -v 2>&1 | hack/test-summary.sh
+	KUBEBUILDER_ASSETS=$(K8S_BIN_DIR) go test $(GO_TEST_FLAGS) ./internal/controller/... -run 'Integration' -count=1 -v
 
 .PHONY: bench-envtest
 bench-envtest: envtest-assets ## Benchmark: 1,000 Sandboxes vs 1,000 pods+policies on envtest (docs/performance.md).

@@ -8,7 +8,7 @@ import (
 // SandboxSpec describes one disposable, isolated computer. Everything but timeout is fixed at creation,
 // because the sandbox's pod cannot change under a running agent.
 // +kubebuilder:validation:XValidation:rule="has(self.templateRef) != has(self.image)",message="exactly one of spec.templateRef or spec.image must be set"
-// +kubebuilder:validation:XValidation:rule="has(self.templateRef) == has(oldSelf.templateRef) && has(self.image) == has(oldSelf.image) && has(self.runtimeClassName) == has(oldSelf.runtimeClassName) && has(self.size) == has(oldSelf.size) && has(self.resources) == has(oldSelf.resources) && has(self.network) == has(oldSelf.network) && has(self.env) == has(oldSelf.env) && has(self.labels) == has(oldSelf.labels)",message="only spec.timeout may be added or changed after creation"
+// +kubebuilder:validation:XValidation:rule="has(self.templateRef) == has(oldSelf.templateRef) && has(self.image) == has(oldSelf.image) && has(self.runtimeClassName) == has(oldSelf.runtimeClassName) && has(self.size) == has(oldSelf.size) && has(self.resources) == has(oldSelf.resources) && has(self.network) == has(oldSelf.network) && has(self.env) == has(oldSelf.env) && has(self.labels) == has(oldSelf.labels)",message="only spec.timeout may be added or changed after creation: templateRef, image, runtimeClassName, size, resources, network, env and labels are fixed"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.timeout) || (has(self.timeout) && duration(self.timeout) >= duration(oldSelf.timeout))",message="spec.timeout may only grow"
 type SandboxSpec struct {
 	// TemplateRef names the SandboxTemplate, in the same namespace, that supplies the image and defaults.

@@ -8,16 +8,10 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -43,6 +37,7 @@ func run() error {
 	var (
 		metricsAddr, probeAddr, isolating string
 		leaderElect                       bool
+		workers, qps, burst               int
 	)
 	fs := flag.CommandLine
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
@@ -54,6 +49,9 @@ func run() error {
 	fs.DurationVar(&defaults.MaxTimeout, "max-timeout", defaults.MaxTimeout, "Cap on every sandbox's lifetime (at most 24h, the API's own cap).")
 	fs.StringVar(&isolating, "isolating-runtime-classes", strings.Join(defaults.IsolatingRuntimes, ","), "Comma-separated runtime classes under which a template may run commands as root.")
 	fs.DurationVar(&podOpts.GateTimeout.Duration, "network-gate-timeout", podOpts.GateTimeout.Duration, "How long a new pod waits for its network isolation to take effect before it fails.")
+	fs.IntVar(&workers, "workers", 8, "How many sandboxes are reconciled concurrently.")
+	fs.IntVar(&qps, "kube-api-qps", 100, "Queries per second the manager may send to the API server.")
+	fs.IntVar(&burst, "kube-api-burst", 200, "Burst of queries the manager may send to the API server.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	flag.Usage = func() {
@@ -78,13 +76,18 @@ func run() error {
 	if err := airlockv1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "manager.sandbox.airlock.dev",
-		Cache:                  CacheOptions(),
+		Cache:                  controller.CacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
@@ -102,6 +105,7 @@ func run() error {
 		Defaults:  defaults,
 		Pod:       podOpts,
 		Metrics:   m,
+		Workers:   workers,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up controller: %w", err)
@@ -114,16 +118,6 @@ func run() error {
 	}
 	log.Info("starting manager", "version", version.Version, "initImage", podOpts.InitImage)
 	return mgr.Start(ctrl.SetupSignalHandler())
-}
-
-// CacheOptions trims the manager's cache: of pods it keeps only sandbox pods. Every NetworkPolicy is cached,
-// since any of them can undo a sandbox's isolation.
-func CacheOptions() cache.Options {
-	req, _ := labels.NewRequirement(sandbox.LabelName, selection.Exists, nil)
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:                {Label: labels.NewSelector().Add(*req)},
-		&networkingv1.NetworkPolicy{}: {},
-	}}
 }
 
 func splitList(s string) []string {

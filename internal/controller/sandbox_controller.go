@@ -15,11 +15,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/metrics"
@@ -49,6 +50,8 @@ type SandboxReconciler struct {
 	Defaults  sandbox.Defaults
 	Pod       sandbox.PodOptions
 	Metrics   *metrics.Controller
+	// Workers is how many sandboxes are reconciled at once.
+	Workers int
 }
 
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxes,verbs=get;list;watch;update;patch;delete
@@ -144,6 +147,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&nodev1.RuntimeClass{}, handler.EnqueueRequestsFromMapFunc(r.pendingForRuntimeClass)).
 		Named("sandbox").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)
 }
 

@@ -140,6 +140,14 @@ func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.San
 	if err != nil {
 		return fmt.Errorf("converting network policy: %w", err)
 	}
+	// Empty rule lists are omitted when serialised; set them explicitly so that our apply owns them and
+	// replaces any rule someone else added.
+	spec := u["spec"].(map[string]any)
+	for _, f := range []string{"ingress", "egress"} {
+		if _, ok := spec[f]; !ok {
+			spec[f] = []any{}
+		}
+	}
 	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
 	if err := r.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying network policy: %w", err)

@@ -1,0 +1,25 @@
+package controller
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// CacheOptions trims the manager's cache: of pods it keeps only sandbox pods. Every NetworkPolicy is cached,
+// since any of them can undo a sandbox's isolation.
+func CacheOptions() cache.Options {
+	req, err := labels.NewRequirement(sandbox.LabelName, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant, valid label key: cannot fail
+	}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                 {Label: labels.NewSelector().Add(*req)},
+		&networkingv1.NetworkPolicy{}: {},
+	}}
+}

@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/metrics"
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// The integration tests share one real kube-apiserver + etcd (envtest), started on first use so that unit
+// tests in this package run without it. Each test runs its own manager in its own namespace.
+var (
+	envOnce   sync.Once
+	env       *envtest.Environment
+	envCfg    *rest.Config
+	envClient client.Client
+	envErr    error
+	scheme    = runtime.NewScheme()
+)
+
+func init() {
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := airlockv1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	code := m.Run()
+	if env != nil {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+		}
+	}
+	os.Exit(code)
+}
+
+// zapLevel keeps manager logs quiet unless AIRLOCK_TEST_VERBOSE is set.
+func zapLevel() zapcore.Level {
+	if os.Getenv("AIRLOCK_TEST_VERBOSE") != "" {
+		return zapcore.DebugLevel
+	}
+	return zapcore.ErrorLevel
+}
+
+// startEnv starts envtest once. KUBEBUILDER_ASSETS must name the binaries hack/build-k8s.sh built; a missing
+// one fails the test rather than skipping it.
+func startEnv(tb testing.TB) (*rest.Config, client.Client) {
+	tb.Helper()
+	envOnce.Do(func() {
+		if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+			envErr = fmt.Errorf("KUBEBUILDER_ASSETS is not set: run 'make test-integration' (it builds the binaries)")
+			return
+		}
+		env = &envtest.Environment{
+			CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+			ErrorIfCRDPathMissing: true,
+		}
+		envCfg, envErr = env.Start()
+		if envErr != nil {
+			return
+		}
+		envCfg.QPS, envCfg.Burst = 200, 400
+		envClient, envErr = client.New(envCfg, client.Options{Scheme: scheme})
+		if envErr != nil {
+			return
+		}
+		for _, name := range []string{"gvisor", "runc"} {
+			rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Handler: map[string]string{"gvisor": "runsc", "runc": "runc"}[name]}
+			if envErr = envClient.Create(context.Background(), rc); envErr != nil {
+				return
+			}
+		}
+	})
+	if envErr != nil {
+		tb.Fatalf("envtest: %v", envErr)
+	}
+	return envCfg, envClient
+}
+
+// managerOptions tune a test manager.
+type managerOptions struct {
+	clock    clock.PassiveClock
+	defaults *sandbox.Defaults
+}
+
+// startManager runs the Sandbox controller against envtest until the test ends or the returned stop is called.
+func startManager(tb testing.TB, o managerOptions) (stop func()) {
+	tb.Helper()
+	cfg, _ := startEnv(tb)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:     scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Cache:      CacheOptions(),
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		tb.Fatalf("creating manager: %v", err)
+	}
+	m, err := metrics.NewController(prometheus.NewRegistry(), mgr.GetCache())
+	if err != nil {
+		tb.Fatalf("metrics: %v", err)
+	}
+	defaults := sandbox.DefaultDefaults()
+	if o.defaults != nil {
+		defaults = *o.defaults
+	}
+	clk := o.clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	r := &SandboxReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Scheme:    scheme,
+		Recorder:  mgr.GetEventRecorder("airlock-manager"),
+		Clock:     clk,
+		Defaults:  defaults,
+		Pod:       sandbox.DefaultPodOptions("localhost/airlock/init:test"),
+		Metrics:   m,
+		Workers:   8,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		tb.Fatalf("setting up controller: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					tb.Errorf("manager stopped with error: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				tb.Errorf("manager did not stop within 30s")
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	return stop
+}
+
+// newNamespace creates a namespace for one test. envtest runs no namespace controller, so it is never removed:
+// every test uses a fresh one.
+func newNamespace(tb testing.TB, c client.Client) string {
+	tb.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "airlock-test-"}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		tb.Fatalf("creating namespace: %v", err)
+	}
+	return ns.Name
+}

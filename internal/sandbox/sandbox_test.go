@@ -1,0 +1,271 @@
+package sandbox
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+)
+
+func sbx(mut ...func(*airlockv1.Sandbox)) *airlockv1.Sandbox {
+	s := &airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}, Spec: airlockv1.SandboxSpec{Image: "img"}}
+	for _, m := range mut {
+		m(s)
+	}
+	return s
+}
+
+func dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+
+func TestSizesHaveRequestsBelowLimits(t *testing.T) {
+	for _, size := range []airlockv1.Size{airlockv1.SizeSmall, airlockv1.SizeMedium, airlockv1.SizeLarge} {
+		res, err := Resources(size, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", size, err)
+		}
+		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
+			req, lim := res.Requests[name], res.Limits[name]
+			if req.IsZero() || lim.IsZero() || req.Cmp(lim) > 0 {
+				t.Errorf("%s %s: request %s, limit %s: want 0 < request <= limit", size, name, req.String(), lim.String())
+			}
+		}
+		if wl, disk := WorkdirLimit(size), res.Limits[corev1.ResourceEphemeralStorage]; wl.Cmp(disk) > 0 {
+			t.Errorf("%s: workdir limit %s exceeds the ephemeral-storage limit %s", size, wl.String(), disk.String())
+		}
+	}
+	if _, err := Resources("huge", nil); err == nil {
+		t.Error("unknown size: want an error")
+	}
+	custom := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("3Gi")}}
+	got, _ := Resources(airlockv1.SizeMedium, &airlockv1.SizeResources{Medium: &custom})
+	if q := got.Limits[corev1.ResourceMemory]; q.String() != "3Gi" {
+		t.Errorf("template override for medium: got memory limit %s, want 3Gi", q.String())
+	}
+}
+
+func TestResolvePrecedence(t *testing.T) {
+	d := DefaultDefaults()
+	tmpl := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t"}, Spec: airlockv1.SandboxTemplateSpec{
+		Image: "tmpl-img", RuntimeClassName: "runc", Size: airlockv1.SizeMedium,
+		DefaultTimeout: dur(time.Hour), MaxTimeout: dur(2 * time.Hour),
+		Network: &airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted},
+		Env:     []airlockv1.EnvVar{{Name: "A", Value: "tmpl"}, {Name: "B", Value: "tmpl"}},
+	}}
+	tests := map[string]struct {
+		sbx   *airlockv1.Sandbox
+		tmpl  *airlockv1.SandboxTemplate
+		check func(t *testing.T, r Resolved)
+	}{
+		"defaults without a template": {sbx(), nil, func(t *testing.T, r Resolved) {
+			expect(t, r.RuntimeClassName, "gvisor")
+			expect(t, r.Size, airlockv1.SizeSmall)
+			expect(t, r.Timeout, 30*time.Minute)
+			expect(t, r.MaxTimeout, 24*time.Hour)
+			expect(t, r.Network.Mode, airlockv1.NetworkNone)
+			expect(t, r.WorkingDir, "/home/sandbox")
+		}},
+		"template supplies defaults": {sbx(func(s *airlockv1.Sandbox) { s.Spec.Image = "" }), tmpl, func(t *testing.T, r Resolved) {
+			expect(t, r.Image, "tmpl-img")
+			expect(t, r.RuntimeClassName, "runc")
+			expect(t, r.Size, airlockv1.SizeMedium)
+			expect(t, r.Timeout, time.Hour)
+			expect(t, r.MaxTimeout, 2*time.Hour)
+			expect(t, r.Network.Mode, airlockv1.NetworkRestricted)
+		}},
+		"sandbox wins over template": {sbx(func(s *airlockv1.Sandbox) {
+			s.Spec.Image = ""
+			rc := "gvisor"
+			s.Spec.RuntimeClassName = &rc
+			s.Spec.Size = airlockv1.SizeLarge
+			s.Spec.Timeout = dur(90 * time.Minute)
+			s.Spec.Network = &airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone}
+			s.Spec.Env = []airlockv1.EnvVar{{Name: "B", Value: "sbx"}, {Name: "C", Value: "sbx"}}
+		}), tmpl, func(t *testing.T, r Resolved) {
+			expect(t, r.RuntimeClassName, "gvisor")
+			expect(t, r.Size, airlockv1.SizeLarge)
+			expect(t, r.Timeout, 90*time.Minute)
+			expect(t, r.Network.Mode, airlockv1.NetworkNone)
+			expect(t, len(r.Env), 3)
+			expect(t, r.Env[0], airlockv1.EnvVar{Name: "A", Value: "tmpl"})
+			expect(t, r.Env[1], airlockv1.EnvVar{Name: "B", Value: "sbx"})
+			expect(t, r.Env[2], airlockv1.EnvVar{Name: "C", Value: "sbx"})
+		}},
+		"timeout capped by template maxTimeout": {sbx(func(s *airlockv1.Sandbox) { s.Spec.Image = ""; s.Spec.Timeout = dur(5 * time.Hour) }), tmpl,
+			func(t *testing.T, r Resolved) { expect(t, r.Timeout, 2*time.Hour) }},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r, err := Resolve(tc.sbx, tc.tmpl, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, r)
+		})
+	}
+}
+
+func TestResolveRootNeedsIsolatingRuntime(t *testing.T) {
+	tmpl := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "root"}, Spec: airlockv1.SandboxTemplateSpec{Image: "i", RunAsRoot: true}}
+	if _, err := Resolve(sbx(func(s *airlockv1.Sandbox) { s.Spec.Image = "" }), tmpl, DefaultDefaults()); err != nil {
+		t.Fatalf("root under gvisor: %v", err)
+	}
+	tmpl.Spec.RuntimeClassName = "runc"
+	if _, err := Resolve(sbx(func(s *airlockv1.Sandbox) { s.Spec.Image = "" }), tmpl, DefaultDefaults()); err == nil {
+		t.Fatal("root under runc: want an error")
+	}
+}
+
+func TestExpiresAt(t *testing.T) {
+	created := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	prev := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: created.Add(d)} }
+	tests := map[string]struct {
+		resolved time.Duration
+		spec     *metav1.Duration
+		max      time.Duration
+		previous *metav1.Time
+		want     time.Duration
+	}{
+		"first time: creation + resolved":  {30 * time.Minute, nil, 24 * time.Hour, nil, 30 * time.Minute},
+		"raised timeout extends":           {0, dur(time.Hour), 24 * time.Hour, prev(30 * time.Minute), time.Hour},
+		"raise capped by max":              {0, dur(48 * time.Hour), 2 * time.Hour, prev(30 * time.Minute), 2 * time.Hour},
+		"never earlier than stored":        {0, dur(10 * time.Minute), 24 * time.Hour, prev(30 * time.Minute), 30 * time.Minute},
+		"lowered cap keeps stored expiry":  {0, dur(time.Hour), 10 * time.Minute, prev(time.Hour), time.Hour},
+		"no spec timeout keeps stored one": {0, nil, 24 * time.Hour, prev(45 * time.Minute), 45 * time.Minute},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := ExpiresAt(created, tc.resolved, tc.spec, tc.max, tc.previous)
+			expect(t, got.Sub(created), tc.want)
+		})
+	}
+	if !Expired(created, prev(0)) || Expired(created, prev(time.Second)) || Expired(created, nil) {
+		t.Error("Expired: expiry is inclusive and nil never expires")
+	}
+}
+
+func TestUsageSecondsRoundsUp(t *testing.T) {
+	start := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	expect(t, UsageSeconds(&start, start.Add(1500*time.Millisecond)), int64(2))
+	expect(t, UsageSeconds(&start, start.Add(2*time.Second)), int64(2))
+	expect(t, UsageSeconds(&start, start.Add(-time.Second)), int64(0))
+	expect(t, UsageSeconds(nil, start.Time), int64(0))
+}
+
+// TestPodPassesRestrictedPSS evaluates the built pod with the Pod Security Admission library itself.
+func TestPodPassesRestrictedPSS(t *testing.T) {
+	r, err := Resolve(sbx(), nil, DefaultDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := BuildPod(sbx(), r, DefaultPodOptions("init:1"))
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv := api.LevelVersion{Level: api.LevelRestricted, Version: api.LatestVersion()}
+	for _, res := range eval.EvaluatePod(lv, &pod.ObjectMeta, &pod.Spec) {
+		if !res.Allowed {
+			t.Errorf("restricted PSS: %s: %s", res.ForbiddenReason, res.ForbiddenDetail)
+		}
+	}
+	if *pod.Spec.AutomountServiceAccountToken || *pod.Spec.EnableServiceLinks {
+		t.Error("pod must not mount a service-account token nor get service links")
+	}
+	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Error("a restarted container would silently lose the sandbox's processes: want RestartPolicy Never")
+	}
+	if got := pod.Spec.Containers[0].Command; len(got) != 2 || got[0] != InitBinary || got[1] != "pid1" {
+		t.Errorf("PID 1 must be airlock-init pid1, got %v", got)
+	}
+	wd := pod.Spec.Volumes[1].EmptyDir
+	if wd == nil || wd.SizeLimit == nil || wd.SizeLimit.String() != "1Gi" {
+		t.Errorf("working directory must be a size-limited emptyDir, got %+v", pod.Spec.Volumes[1])
+	}
+}
+
+func TestRootPodFailsRestrictedButKeepsNoPrivileges(t *testing.T) {
+	r, _ := Resolve(sbx(), nil, DefaultDefaults())
+	r.RunAsRoot = true
+	pod := BuildPod(sbx(), r, DefaultPodOptions("init:1"))
+	c := pod.Spec.Containers[0].SecurityContext
+	if *c.RunAsUser != 0 || *c.AllowPrivilegeEscalation || len(c.Capabilities.Drop) != 1 {
+		t.Errorf("root sandbox: want uid 0 with no privilege escalation and ALL capabilities dropped, got %+v", c)
+	}
+	if *pod.Spec.InitContainers[0].SecurityContext.RunAsUser != SandboxUID {
+		t.Error("the init container runs as the sandbox user even when commands run as root")
+	}
+}
+
+func TestNetworkPolicyDenyAllAndRestricted(t *testing.T) {
+	np := BuildNetworkPolicy(sbx(), airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone})
+	if len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 {
+		t.Errorf("mode None: want deny-all both ways, got %+v", np.Spec)
+	}
+	np = BuildNetworkPolicy(sbx(), airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted, Egress: []airlockv1.EgressRule{
+		{CIDR: "203.0.113.0/24", Ports: []airlockv1.EgressPort{{Port: 443}, {Port: 53, Protocol: corev1.ProtocolUDP}}},
+		{CIDR: "198.51.100.7/32"},
+	}})
+	if len(np.Spec.Ingress) != 0 {
+		t.Error("Restricted must still deny all ingress")
+	}
+	if len(np.Spec.Egress) != 3 {
+		t.Fatalf("want DNS + 2 rules, got %d", len(np.Spec.Egress))
+	}
+	dns := np.Spec.Egress[0]
+	if dns.To[0].IPBlock != nil || dns.To[0].PodSelector.MatchLabels["k8s-app"] != "kube-dns" {
+		t.Errorf("DNS must be allowed only to the cluster DNS pods, got %+v", dns.To)
+	}
+	if p := np.Spec.Egress[1].Ports; len(p) != 2 || *p[0].Protocol != corev1.ProtocolTCP || *p[1].Protocol != corev1.ProtocolUDP {
+		t.Errorf("ports: got %+v", p)
+	}
+	if len(np.Spec.Egress[2].Ports) != 0 {
+		t.Error("a rule without ports allows every port of its CIDR")
+	}
+}
+
+func TestOtherSelectingPolicies(t *testing.T) {
+	podLabels := map[string]string{LabelName: "s", "team": "a"}
+	pol := func(name string, sel metav1.LabelSelector) networkingv1.NetworkPolicy {
+		return networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.NetworkPolicySpec{PodSelector: sel}}
+	}
+	policies := []networkingv1.NetworkPolicy{
+		pol("s", metav1.LabelSelector{MatchLabels: map[string]string{LabelName: "s"}}), // ours
+		pol("all-pods", metav1.LabelSelector{}),
+		pol("team-b", metav1.LabelSelector{MatchLabels: map[string]string{"team": "b"}}),
+		pol("by-expr", metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: metav1.LabelSelectorOpIn, Values: []string{"a"}}}}),
+	}
+	got, err := OtherSelectingPolicies(podLabels, "s", policies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, len(got), 2)
+	expect(t, got[0], "all-pods")
+	expect(t, got[1], "by-expr")
+}
+
+func TestPolicyMatchesIgnoresNilVersusEmpty(t *testing.T) {
+	want := BuildNetworkPolicy(sbx(), airlockv1.NetworkSpec{})
+	got := want.DeepCopy()
+	got.Spec.Ingress, got.Spec.Egress = nil, nil
+	if !PolicyMatches(got, want) {
+		t.Error("nil and empty rule lists must match")
+	}
+	got.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
+	if PolicyMatches(got, want) {
+		t.Error("an added allow-all egress rule must not match")
+	}
+}
+
+func expect[T comparable](t *testing.T, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
