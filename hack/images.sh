@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Container images for the local cluster, built without a registry and imported into its containerd.
+#   hack/images.sh pause                 the pod sandbox (infra) image localhost/airlock/pause:${PAUSE_IMAGE_VERSION}
+#   hack/images.sh sandbox [RECIPE_DIR]  a Debian sandbox image from a recipe (default hack/images/sandbox-python)
+#   hack/images.sh binary NAME:TAG /path/to/static-binary [ENTRYPOINT ARGS...]
+#                                        one static binary in a minimal non-root (65532) image
+#   hack/images.sh all                   pause + sandbox
+#   hack/images.sh ref pause|sandbox     print the image reference the cluster uses
+# Images are cached as OCI tarballs under ${AIRLOCK_CACHE}/images/<name>/<recipe hash>/image.tar and imported
+# with `ctr -n k8s.io images import` when the cluster's containerd runs (skipped if the same digest is there).
+# With AIRLOCK_IMAGES_NO_IMPORT=1 only the tarballs are built.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "${HACK_DIR}/node-lib.sh"
+
+# Bump when the packing logic below changes, so cached tarballs are rebuilt.
+RECIPE_VERSION=2
+IMAGES_CACHE="${AIRLOCK_CACHE}/images"
+CTR=("${CONTAINERD_DIR}/ctr" --address "${CONTAINERD_SOCK}" -n k8s.io)
+
+# Temporary work directories, removed (after unmounting anything left below them) when the script exits.
+WORK_DIRS=()
+cleanup_work_dirs() { local d; for d in "${WORK_DIRS[@]}"; do unmount_under "${d}"; rm -rf "${d}"; done; }
+trap cleanup_work_dirs EXIT
+# new_work_dir [PARENT]: sets WORK (not echoed: a command substitution's subshell would lose WORK_DIRS).
+new_work_dir() { WORK="$(mktemp -d "${1:-${TMPDIR:-/tmp}}/airlock-image.XXXXXX")"; WORK_DIRS+=("${WORK}"); }
+
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+# new_layout DIR TAG: an empty OCI image layout with one empty linux/amd64 image tagged TAG.
+new_layout() {
+	umoci init --layout "$1"
+	umoci new --image "$1:$2"
+}
+
+# finish_layout LAYOUT TAG OUT_TAR: tar the layout (what `ctr images import` reads), record the manifest digest.
+finish_layout() {
+	local lay="$1" tag="$2" out="$3"
+	umoci gc --layout "${lay}"
+	tar -C "${lay}" -cf "${out}.tmp" oci-layout index.json blobs
+	sed -n 's/.*"digest":"\(sha256:[0-9a-f]*\)".*/\1/p' "${lay}/index.json" | head -1 >"${out}.digest"
+	mv -f "${out}.tmp" "${out}"
+}
+
+# import_tar TAR NAME TAG: import into the cluster's containerd unless that exact manifest is already there.
+import_tar() {
+	local tar="$1" name="$2" tag="$3" want have
+	[[ "${AIRLOCK_IMAGES_NO_IMPORT:-}" == 1 ]] && { log "built ${tar} (not imported)"; return 0; }
+	[[ -S "${CONTAINERD_SOCK}" ]] || die "the local cluster's containerd is not running (${CONTAINERD_SOCK}): run hack/local-cluster.sh up, or set AIRLOCK_IMAGES_NO_IMPORT=1"
+	want="$(cat "${tar}.digest")"
+	have="$("${CTR[@]}" images ls "name==${name}:${tag}" 2>/dev/null | awk 'NR > 1 { print $3 }')"
+	if [[ "${have}" == "${want}" ]]; then log "${name}:${tag} already imported (${want:0:19})"; return 0; fi
+	local start=${SECONDS}
+	"${CTR[@]}" images import --base-name "${name}" "${tar}" >/dev/null
+	log "imported ${name}:${tag} (${want:0:19}) in $((SECONDS - start))s"
+}
+
+build_pause() {
+	local name=localhost/airlock/pause tag="${PAUSE_IMAGE_VERSION}"
+	local key dir
+	key="$(hash_of "${ROOT_DIR}/hack/tools/pause/main.go" <(go version) <(echo "${RECIPE_VERSION} ${tag}"))"
+	dir="${IMAGES_CACHE}/pause/${key}"
+	if [[ ! -f "${dir}/image.tar" ]]; then
+		new_work_dir; local work="${WORK}"
+		(cd "${ROOT_DIR}" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "${work}/pause" ./hack/tools/pause)
+		pack_binary "${work}/oci" "${tag}" "${work}/pause" pause 65535 "${name}" "Airlock pod sandbox (pause) container" --
+		mkdir -p "${dir}" && finish_layout "${work}/oci" "${tag}" "${dir}/image.tar"
+	fi
+	import_tar "${dir}/image.tar" "${name}" "${tag}"
+}
+
+# pack_binary LAYOUT TAG BINARY NAME_IN_IMAGE UID IMAGE_NAME DESCRIPTION -- [ENTRYPOINT ARGS...]
+# Layer: /usr/local/bin/NAME, /etc/passwd and /etc/group with the non-root user, /tmp, CA certificates.
+pack_binary() {
+	local lay="$1" tag="$2" bin="$3" base="$4" uid="$5" name="$6" desc="$7"; shift 8
+	local root; root="$(mktemp -d)"
+	install -D -m 0755 "${bin}" "${root}/usr/local/bin/${base}"
+	mkdir -p "${root}/etc" "${root}/tmp" && chmod 1777 "${root}/tmp"
+	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%s:%s:nonroot:/home/nonroot:/sbin/nologin\n' "${uid}" "${uid}" >"${root}/etc/passwd"
+	printf 'root:x:0:\nnonroot:x:%s:\n' "${uid}" >"${root}/etc/group"
+	mkdir -p "${root}/home/nonroot" && chown "${uid}:${uid}" "${root}/home/nonroot"
+	if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
+		install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "${root}/etc/ssl/certs/ca-certificates.crt"
+	fi
+	new_layout "${lay}" "${tag}"
+	umoci insert --image "${lay}:${tag}" --history.created_by "hack/images.sh binary" "${root}" / >/dev/null
+	rm -rf "${root}"
+	local cfg=(--config.user "${uid}:${uid}" --config.workingdir /home/nonroot --config.entrypoint "/usr/local/bin/${base}"
+		--config.env PATH=/usr/local/bin:/usr/bin:/bin --config.env HOME=/home/nonroot
+		--config.label "org.opencontainers.image.title=${name##*/}" --config.label "org.opencontainers.image.version=${tag}"
+		--config.label "org.opencontainers.image.description=${desc}" --config.label "org.opencontainers.image.vendor=Airlock"
+		--config.label "org.opencontainers.image.revision=$(git -C "${ROOT_DIR}" rev-parse HEAD 2>/dev/null || echo unknown)"
+		--config.label "org.opencontainers.image.ref.name=${name}:${tag}")
+	local a; for a in "$@"; do cfg+=(--config.entrypoint "${a}"); done
+	umoci config --image "${lay}:${tag}" --no-history --clear=config.cmd "${cfg[@]}" >/dev/null
+}
+
+# binary NAME:TAG BINARY [ARGS...]: the lead's images (airlock-init, manager, gateway). Rebuilt every time.
+build_binary() {
+	[[ $# -ge 2 ]] || die "usage: hack/images.sh binary NAME:TAG /path/to/static-binary [ENTRYPOINT ARGS...]"
+	local ref="$1" bin="$2"; shift 2
+	[[ "${ref}" == */*:* ]] || die "give a fully qualified NAME:TAG such as localhost/airlock/manager:dev (got ${ref})"
+	[[ -x "${bin}" ]] || die "${bin} is not an executable file"
+	if file "${bin}" 2>/dev/null | grep -q 'dynamically linked'; then die "${bin} is dynamically linked: build it with CGO_ENABLED=0"; fi
+	local name="${ref%:*}" tag="${ref##*:}" key out
+	# Keyed by the binary and the arguments: an unchanged binary is neither repacked nor reimported.
+	key="$(hash_of "${bin}" <(printf '%s\n' "${RECIPE_VERSION}" "${ref}" "$@"))"
+	out="${IMAGES_CACHE}/binary/${name//\//_}/${key}/image.tar"
+	if [[ ! -f "${out}" ]]; then
+		new_work_dir; local work="${WORK}"
+		pack_binary "${work}/oci" "${tag}" "${bin}" "$(basename "${bin}")" 65532 "${name}" "Airlock ${name##*/}" -- "$@"
+		mkdir -p "$(dirname "${out}")" && finish_layout "${work}/oci" "${tag}" "${out}"
+	fi
+	import_tar "${out}" "${name}" "${tag}"
+	echo "${ref}"
+}
+
+# sandbox [RECIPE_DIR]: debootstrap --variant=minbase + packages + customize.sh, trimmed, one layer.
+build_sandbox() {
+	local recipe="${1:-${HACK_DIR}/images/sandbox-python}"
+	recipe="$(cd "${recipe}" && pwd)"
+	local IMAGE_NAME IMAGE_DESCRIPTION SUITE SANDBOX_UID SANDBOX_USER
+	# shellcheck source=images/sandbox-python/image.env
+	source "${recipe}/image.env"
+	local tag="${SANDBOX_IMAGE_VERSION}" mirror key dir
+	mirror="$(debian_mirror)"
+	key="$(hash_of "${recipe}"/* <(echo "${RECIPE_VERSION} ${tag} ${mirror}") <(cat /etc/apt/sources.list.d/debian.sources 2>/dev/null))"
+	dir="${IMAGES_CACHE}/${IMAGE_NAME##*/}/${key}"
+	if [[ ! -f "${dir}/image.tar" ]]; then
+		local start=${SECONDS} work pkgs
+		pkgs="$(grep -v '^\s*#' "${recipe}/packages" | grep -v '^\s*$' | paste -sd, -)"
+		# Work next to the cache (same filesystem, and /tmp may be small).
+		mkdir -p "${dir}" && new_work_dir "${dir}" && work="${WORK}"
+		new_layout "${work}/oci" "${tag}"
+		umoci unpack --image "${work}/oci:${tag}" "${work}/bundle" >/dev/null
+		local rootfs="${work}/bundle/rootfs"
+		# debootstrap only lays down the minimal base: its own resolver cannot handle virtual packages (npm's
+		# dependencies fail to configure), so the recipe's packages come from apt inside the new root.
+		log "debootstrap --variant=minbase ${SUITE} from ${mirror}"
+		debootstrap --variant=minbase "${SUITE}" "${rootfs}" "${mirror}" >"${work}/debootstrap.log" 2>&1 ||
+			{ tail -20 "${work}/debootstrap.log" >&2; die "debootstrap failed (log above)"; }
+		log "debootstrap done in $((SECONDS - start))s; apt-get install ${pkgs//,/ }"
+		if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
+			# The same suites as this machine (updates and security too), as in the recipe hash.
+			cp /etc/apt/sources.list.d/debian.sources "${rootfs}/etc/apt/sources.list.d/debian.sources"
+			rm -f "${rootfs}/etc/apt/sources.list"
+		fi
+		cp -L /etc/resolv.conf "${rootfs}/etc/resolv.conf"
+		# Nothing may start services inside the image root.
+		printf '#!/bin/sh\nexit 101\n' >"${rootfs}/usr/sbin/policy-rc.d" && chmod 0755 "${rootfs}/usr/sbin/policy-rc.d"
+		{
+			chroot "${rootfs}" apt-get update -qq &&
+				DEBIAN_FRONTEND=noninteractive chroot "${rootfs}" apt-get install -y -qq --no-install-recommends ${pkgs//,/ } &&
+				chroot "${rootfs}" apt-get clean
+		} >"${work}/apt.log" 2>&1 || { tail -30 "${work}/apt.log" >&2; die "apt-get install in the image root failed"; }
+		rm -f "${rootfs}/usr/sbin/policy-rc.d" "${rootfs}/etc/resolv.conf"
+		log "packages installed after $((SECONDS - start))s"
+		install -m 0755 "${recipe}/customize.sh" "${rootfs}/tmp/customize.sh"
+		SANDBOX_UID="${SANDBOX_UID}" SANDBOX_USER="${SANDBOX_USER}" chroot "${rootfs}" /tmp/customize.sh
+		trim_rootfs "${rootfs}"
+		log "rootfs $(du -sh "${rootfs}" | cut -f1) after trimming; packing"
+		umoci repack --image "${work}/oci:${tag}" --history.created_by "hack/images.sh sandbox ${recipe##*/}" "${work}/bundle" >/dev/null
+		local home="/home/${SANDBOX_USER}"
+		umoci config --image "${work}/oci:${tag}" --no-history --config.user "${SANDBOX_UID}:${SANDBOX_UID}" \
+			--config.workingdir "${home}" --config.env "HOME=${home}" --config.env LANG=C.UTF-8 \
+			--config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+			--config.cmd sleep --config.cmd infinity \
+			--config.label "org.opencontainers.image.title=${IMAGE_NAME##*/}" \
+			--config.label "org.opencontainers.image.version=${tag}" \
+			--config.label "org.opencontainers.image.description=${IMAGE_DESCRIPTION}" \
+			--config.label "org.opencontainers.image.vendor=Airlock" \
+			--config.label "org.opencontainers.image.base.name=debian:${SUITE}" \
+			--config.label "dev.airlock.recipe.hash=${key}" >/dev/null
+		finish_layout "${work}/oci" "${tag}" "${dir}/image.tar"
+		log "sandbox image ${IMAGE_NAME}:${tag} built in $((SECONDS - start))s: $(du -h "${dir}/image.tar" | cut -f1) tarball"
+	fi
+	import_tar "${dir}/image.tar" "${IMAGE_NAME}" "${tag}"
+}
+
+# The Debian mirror this machine's apt uses (deb822 sources), so debootstrap works wherever apt does.
+debian_mirror() {
+	local f=/etc/apt/sources.list.d/debian.sources
+	if [[ -f "${f}" ]]; then
+		awk '/^URIs:/ { uri = $2 } /^Suites:/ && / bookworm( |$)/ { print uri; exit }' "${f}"
+	else
+		awk '$1 == "deb" && $3 == "bookworm" { print $2; exit }' /etc/apt/sources.list
+	fi
+}
+
+# Drop what a sandbox never needs at run time; the apt lists are refetched by `apt-get update` if wanted.
+trim_rootfs() {
+	local r="$1"
+	rm -rf "${r}"/var/lib/apt/lists/* "${r}"/var/cache/apt/* "${r}"/var/cache/debconf/*-old \
+		"${r}"/usr/share/doc/* "${r}"/usr/share/man/* "${r}"/usr/share/info/* "${r}"/usr/share/lintian \
+		"${r}"/var/log/* "${r}"/tmp/* "${r}"/root/.cache "${r}"/root/.npm "${r}"/var/lib/dpkg/*-old
+	find "${r}/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} + 2>/dev/null || true
+	find "${r}/usr/lib" -name '__pycache__' -type d -prune -exec rm -rf {} +
+	# The runtime provides /dev; device nodes in an image layer are noise at best.
+	find "${r}/dev" -mindepth 1 -delete
+	: >"${r}/etc/machine-id"
+}
+
+# Unmount anything left mounted below DIR (debootstrap mounts /proc and /sys in its target and can leave
+# them behind when it fails), deepest first.
+unmount_under() {
+	local d; d="$(realpath -m "$1")"
+	awk -v d="${d}/" 'index($5 "/", d) == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do
+		umount "${m}" 2>/dev/null || umount -l "${m}"
+	done
+}
+
+ref_of() {
+	case "$1" in
+		pause) echo "localhost/airlock/pause:${PAUSE_IMAGE_VERSION}" ;;
+		sandbox) echo "localhost/airlock/sandbox-python:${SANDBOX_IMAGE_VERSION}" ;;
+		*) die "unknown image $1" ;;
+	esac
+}
+
+[[ $# -ge 1 ]] || die "usage: hack/images.sh pause|sandbox [RECIPE_DIR]|binary NAME:TAG BINARY [ARGS...]|all|ref NAME"
+cmd="$1"; shift
+case "${cmd}" in
+	pause) build_pause ;;
+	sandbox) build_sandbox "$@" ;;
+	binary) build_binary "$@" ;;
+	all) build_pause; build_sandbox ;;
+	ref) ref_of "$1" ;;
+	*) die "unknown command ${cmd}" ;;
+esac

@@ -1,0 +1,17 @@
+#!/bin/sh
+# Runs inside the image root (chroot) after debootstrap, as root, before trimming. No network needed.
+set -eu
+groupadd --gid "${SANDBOX_UID}" "${SANDBOX_USER}"
+useradd --uid "${SANDBOX_UID}" --gid "${SANDBOX_UID}" --create-home --home-dir "/home/${SANDBOX_USER}" \
+	--shell /bin/bash "${SANDBOX_USER}"
+# Agents run `pip install x` as the sandbox user: without this marker pip refuses (PEP 668) instead of
+# installing into ~/.local. System site-packages stay root-owned, so this cannot modify the image's Python.
+rm -f /usr/lib/python3*/EXTERNALLY-MANAGED
+# Keep later layers slim too: a platform team's `apt-get install` in a derived image skips docs and locales.
+cat >/etc/dpkg/dpkg.cfg.d/airlock-slim <<'CFG'
+path-exclude /usr/share/doc/*
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+CFG
