@@ -50,8 +50,8 @@ func run() error {
 	fs.StringVar(&isolating, "isolating-runtime-classes", strings.Join(defaults.IsolatingRuntimes, ","), "Comma-separated runtime classes under which a template may run commands as root.")
 	fs.DurationVar(&podOpts.GateTimeout.Duration, "network-gate-timeout", podOpts.GateTimeout.Duration, "How long a new pod waits for its network isolation to take effect before it fails.")
 	fs.IntVar(&workers, "workers", 8, "How many sandboxes are reconciled concurrently.")
-	fs.IntVar(&qps, "kube-api-qps", 100, "Queries per second the manager may send to the API server.")
-	fs.IntVar(&burst, "kube-api-burst", 200, "Burst of queries the manager may send to the API server.")
+	fs.IntVar(&qps, "kube-api-qps", 200, "Queries per second the manager may send to the API server.")
+	fs.IntVar(&burst, "kube-api-burst", 400, "Burst of queries the manager may send to the API server.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	flag.Usage = func() {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -47,6 +48,9 @@ func init() {
 		panic(err)
 	}
 	if err := airlockv1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
 }
@@ -87,7 +91,7 @@ func startEnv(tb testing.TB) (*rest.Config, client.Client) {
 		if envErr != nil {
 			return
 		}
-		envCfg.QPS, envCfg.Burst = 200, 400
+		envCfg.QPS, envCfg.Burst = 1000, 2000
 		envClient, envErr = client.New(envCfg, client.Options{Scheme: scheme})
 		if envErr != nil {
 			return
