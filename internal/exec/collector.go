@@ -1,0 +1,130 @@
+package exec
+
+import (
+	"errors"
+	"sync"
+
+	"airlock.dev/airlock/internal/runwrap"
+)
+
+var errSealed = errors.New("exec: output collected after the call ended")
+
+// collector receives both output streams from client-go (one goroutine per
+// stream), strips the trailer from stderr, keeps the budgeted capture and
+// emits chunks. One mutex serializes everything, so the chunk callback is
+// never called concurrently.
+type collector struct {
+	mu      sync.Mutex
+	streams [2]*streamState // stdout, stderr
+	split   *trailerSplitter
+	emit    func(Chunk) error
+	onErr   func()
+	err     error
+	sealed  bool
+}
+
+type streamState struct {
+	name   string
+	cap    *capture
+	carry  []byte // an incomplete rune held back from the last chunk
+	offset int64  // raw bytes already emitted as chunks
+}
+
+func newCollector(nonce string, head, tail int, emit func(Chunk) error, onErr func()) *collector {
+	c := &collector{emit: emit, onErr: onErr}
+	c.streams[0] = &streamState{name: "stdout", cap: newCapture(head, tail)}
+	c.streams[1] = &streamState{name: "stderr", cap: newCapture(head, tail)}
+	c.split = newTrailerSplitter(nonce, func(b []byte) { c.deliver(c.streams[1], b) })
+	return c
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func (c *collector) stdout() writerFunc {
+	return func(p []byte) (int, error) {
+		return c.write(p, func() { c.deliver(c.streams[0], p) })
+	}
+}
+
+func (c *collector) stderr() writerFunc {
+	return func(p []byte) (int, error) {
+		return c.write(p, func() { c.split.write(p) })
+	}
+}
+
+func (c *collector) write(p []byte, f func()) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.sealed:
+		return 0, errSealed
+	case c.err != nil:
+		return 0, c.err
+	}
+	f()
+	if c.err != nil {
+		return 0, c.err
+	}
+	return len(p), nil
+}
+
+// deliver takes command output (trailer already removed); mu is held.
+func (c *collector) deliver(s *streamState, b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	s.cap.write(b)
+	if c.emit == nil || c.err != nil {
+		return
+	}
+	data := b
+	if len(s.carry) > 0 {
+		data = append(s.carry, b...)
+	}
+	k := completeRunesPrefix(data)
+	c.emitChunk(s, data[:k])
+	s.carry = append([]byte(nil), data[k:]...)
+}
+
+func (c *collector) emitChunk(s *streamState, raw []byte) {
+	if len(raw) == 0 {
+		return
+	}
+	text, _ := escapeUTF8(nil, raw)
+	off := s.offset
+	s.offset += int64(len(raw))
+	if err := c.emit(Chunk{Stream: s.name, Data: string(text), Offset: off}); err != nil {
+		c.err = err
+		c.onErr()
+	}
+}
+
+// finish seals the collector: later writes fail. It releases held data,
+// flushes partial runes (escaped) and returns the trailer, if one ended stderr.
+func (c *collector) finish() (*runwrap.Trailer, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sealed {
+		return nil, c.err
+	}
+	c.sealed = true
+	tr := c.split.close()
+	for _, s := range c.streams {
+		if c.emit != nil && c.err == nil {
+			c.emitChunk(s, s.carry)
+		}
+		s.carry = nil
+	}
+	return tr, c.err
+}
+
+// render returns a stream's kept text; call after finish.
+func (c *collector) render(i int, fullPath string) (string, StreamTruncation, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.streams[i]
+	text, info := s.cap.render(s.name, fullPath)
+	return text, info, s.cap.total
+}

@@ -1,0 +1,18 @@
+// Package exec runs commands in sandbox pods over the pods/exec subresource
+// and returns an outcome a model can rely on.
+//
+// Every command goes through the in-sandbox wrapper (package runwrap, as
+// `airlock-init run`), which enforces the timeout on the whole process tree
+// inside the sandbox, keeps the full output in files there, and ends stderr
+// with a trailer carrying a per-call nonce. The trailer, not the exec status,
+// is the source of truth: client-go reports an exec whose status never
+// arrived as success, so a call without a trailer is sandbox_lost, never
+// "exited 0".
+//
+// Output is kept per stream within a budget (a little head, mostly tail, and
+// a marker line saying how much was omitted and which sandbox file has it
+// all) in fixed-size buffers, so memory does not grow with the output.
+//
+// Transports: WebSocket (v5 channel protocol, with stdin half-close) with
+// SPDY fallback by default, like kubectl; either can be forced.
+package exec

@@ -1,0 +1,230 @@
+package exec
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+
+	"airlock.dev/airlock/internal/runwrap"
+)
+
+// DefaultWrapperPath is where the init container puts airlock-init.
+const DefaultWrapperPath = "/airlock/bin/airlock-init"
+
+// ErrNotStarted wraps errors from calls where no exec session was
+// established (pod or container missing, forbidden, server unreachable):
+// nothing ran.
+var ErrNotStarted = errors.New("exec session not established")
+
+// Options configure an Engine.
+type Options struct {
+	Protocol Protocol // default auto
+	// WrapperPath is airlock-init in the container (default DefaultWrapperPath).
+	WrapperPath string
+	// OutDir overrides where the wrapper keeps full outputs
+	// (default $HOME/.airlock/out in the sandbox).
+	OutDir string
+	// DefaultTimeout applies when Request.Timeout is 0 (default 10 minutes).
+	DefaultTimeout time.Duration
+	// Grace is the wrapper's SIGTERM-to-SIGKILL delay (default 2s).
+	Grace time.Duration
+	// DeadlineMargin is added to timeout+grace for the client-side deadline,
+	// so that a hung stream cannot hang the caller (default 30s).
+	DeadlineMargin time.Duration
+	// OOMChecker, if set, is asked whether a SIGKILLed or lost command was an
+	// OOM kill (see PodOOMChecker).
+	OOMChecker OOMChecker
+	Logger     logr.Logger
+}
+
+// Engine runs commands in sandbox containers over pods/exec.
+type Engine struct {
+	cfg  *rest.Config
+	opts Options
+}
+
+// New returns an Engine using cfg to reach the API server.
+func New(cfg *rest.Config, opts Options) (*Engine, error) {
+	if cfg == nil {
+		return nil, errors.New("exec: nil rest config")
+	}
+	switch opts.Protocol {
+	case "":
+		opts.Protocol = ProtocolAuto
+	case ProtocolAuto, ProtocolSPDY, ProtocolWebSocket:
+	default:
+		return nil, fmt.Errorf("exec: unknown protocol %q", opts.Protocol)
+	}
+	if opts.WrapperPath == "" {
+		opts.WrapperPath = DefaultWrapperPath
+	}
+	if opts.DefaultTimeout <= 0 {
+		opts.DefaultTimeout = 10 * time.Minute
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = runwrap.DefaultGrace
+	}
+	if opts.DeadlineMargin <= 0 {
+		opts.DeadlineMargin = 30 * time.Second
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	return &Engine{cfg: rest.CopyConfig(cfg), opts: opts}, nil
+}
+
+// Run runs the command and returns its result with output cut to budget.
+func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
+	return e.Stream(ctx, req, nil)
+}
+
+// Stream is Run that also passes output to onChunk as it arrives (never
+// concurrently). onChunk sees all output, unbudgeted; if it returns an error
+// the call is abandoned (the wrapper then kills the command when it notices
+// the stream is gone) and that error is returned.
+//
+// The error is nil whenever the command ran, whatever its outcome, including
+// sandbox_lost. It is non-nil (with a nil Result) for an invalid request or
+// when no session could be established (ErrNotStarted), and with a partial
+// Result when ctx ended or onChunk failed.
+func (e *Engine) Stream(ctx context.Context, req Request, onChunk func(Chunk) error) (*Result, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	timeout := req.Timeout
+	if timeout == 0 {
+		timeout = e.opts.DefaultTimeout
+	}
+	nonce, err := newNonce()
+	if err != nil {
+		return nil, err
+	}
+	argv := wrapperArgv(e.opts.WrapperPath, &req, nonce, timeout, e.opts.Grace, e.opts.OutDir)
+	u, err := execURL(e.cfg, &req, argv)
+	if err != nil {
+		return nil, err
+	}
+	var at attempt
+	ex, err := newExecutor(e.cfg, e.opts.Protocol, u, &at)
+	if err != nil {
+		return nil, err
+	}
+
+	runCtx, cancel := context.WithTimeout(ctx, timeout+e.opts.Grace+e.opts.DeadlineMargin)
+	defer cancel()
+	head, tail := req.budget()
+	col := newCollector(nonce, head, tail, onChunk, cancel)
+	opts := remotecommand.StreamOptions{Stdout: col.stdout(), Stderr: col.stderr()}
+	if req.Stdin != nil {
+		opts.Stdin = bytes.NewReader(req.Stdin)
+	}
+	start := time.Now()
+	streamErr := ex.StreamWithContext(runCtx, opts)
+	elapsed := time.Since(start)
+	tr, emitErr := col.finish()
+
+	proto := usedProtocol(e.opts.Protocol, &at)
+	log := e.opts.Logger.WithValues("namespace", req.Namespace, "pod", req.Pod, "protocol", proto)
+	if tr == nil && col.streams[0].cap.total == 0 && col.streams[1].cap.total == 0 &&
+		notStarted(streamErr, proto == string(ProtocolSPDY), &at) {
+		return nil, fmt.Errorf("exec in %s/%s: %w: %w", req.Namespace, req.Pod, ErrNotStarted, streamErr)
+	}
+
+	res := &Result{Protocol: proto, Duration: elapsed, Trailer: tr, ExitCode: -1}
+	e.fillOutput(res, col, tr)
+	e.classify(ctx, log, &req, res, tr, streamErr, runCtx.Err(), start)
+
+	switch {
+	case emitErr != nil:
+		return res, fmt.Errorf("exec output consumer: %w", emitErr)
+	case tr == nil && ctx.Err() != nil:
+		return res, fmt.Errorf("exec in %s/%s: %w", req.Namespace, req.Pod, ctx.Err())
+	}
+	return res, nil
+}
+
+func (e *Engine) fillOutput(res *Result, col *collector, tr *runwrap.Trailer) {
+	var outPath, errPath string
+	if tr != nil {
+		outPath, errPath = tr.StdoutPath, tr.StderrPath
+	}
+	res.Stdout, res.Truncation.Stdout, res.StdoutBytes = col.render(0, outPath)
+	res.Stderr, res.Truncation.Stderr, res.StderrBytes = col.render(1, errPath)
+	res.Truncated = res.Truncation.Stdout.Truncated || res.Truncation.Stderr.Truncated
+	if tr != nil && (res.StdoutBytes < tr.StdoutBytes || res.StderrBytes < tr.StderrBytes) {
+		res.OutputIncomplete = true
+	}
+}
+
+// classify sets Outcome, ExitCode, Signal and Detail. The trailer is the
+// only source of a trusted status: without it the outcome is sandbox_lost,
+// never "exited 0", whatever the exec status said.
+func (e *Engine) classify(ctx context.Context, log logr.Logger, req *Request, res *Result, tr *runwrap.Trailer, streamErr, deadlineErr error, start time.Time) {
+	if tr == nil {
+		res.Outcome = OutcomeSandboxLost
+		switch {
+		case deadlineErr != nil && ctx.Err() == nil:
+			res.Detail = "no result before the client-side deadline (timeout + grace + margin)"
+		case streamErr != nil:
+			res.Detail = "stream ended without the wrapper's trailer: " + streamErr.Error()
+		default:
+			res.Detail = "stream ended without the wrapper's trailer (empty exec status)"
+		}
+		if ctx.Err() == nil && e.oomKilled(ctx, log, req, start) {
+			res.Outcome = OutcomeOOM
+		}
+		return
+	}
+	res.ExitCode, res.Signal = tr.ExitCode, tr.Signal
+	var ce utilexec.CodeExitError
+	if errors.As(streamErr, &ce) && tr.Signal == "" && !tr.TimedOut && ce.Code != tr.ExitCode {
+		log.Info("exec status disagrees with the wrapper's trailer; trusting the trailer", "status", ce.Code, "trailer", tr.ExitCode)
+	}
+	switch {
+	case tr.WrapperError != "":
+		res.Outcome, res.ExitCode = OutcomeSandboxLost, -1
+		res.Detail = "wrapper failed: " + tr.WrapperError
+	case tr.TimedOut:
+		res.Outcome = OutcomeTimeout
+	case tr.OutputLimit:
+		res.Outcome = OutcomeOutputLimit
+	case tr.Signal == "SIGKILL" && (tr.OOMKills > 0 || e.oomKilled(ctx, log, req, start)):
+		res.Outcome = OutcomeOOM
+	case tr.Signal != "":
+		res.Outcome = OutcomeSignal
+	default:
+		res.Outcome = OutcomeExited
+		res.Detail = tr.StartError
+	}
+}
+
+func (e *Engine) oomKilled(ctx context.Context, log logr.Logger, req *Request, since time.Time) bool {
+	if e.opts.OOMChecker == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	oom, err := e.opts.OOMChecker.OOMKilled(ctx, req.Namespace, req.Pod, req.Container, since)
+	if err != nil {
+		log.Error(err, "checking for an OOM kill")
+	}
+	return oom
+}
+
+// newNonce returns 32 random URL-safe characters (192 bits).
+func newNonce() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("nonce: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}

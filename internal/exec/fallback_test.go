@@ -1,0 +1,94 @@
+package exec
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	amhttpstream "k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"airlock.dev/airlock/internal/testutil/execserver"
+)
+
+// The error client-go's WebSocket executor returns for a refused upgrade
+// must trigger the fallback; the apimachinery look-alike predicate (what
+// pre-v0.36 code used) does not recognise it.
+func TestShouldFallbackOnRealUpgradeFailure(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no websockets here", http.StatusBadRequest)
+	}))
+	defer srv.Close()
+	ex, err := remotecommand.NewWebSocketExecutor(&rest.Config{Host: srv.URL}, "GET", srv.URL+"/api/v1/namespaces/ns/pods/p/exec?command=true&stdout=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ex.StreamWithContext(t.Context(), remotecommand.StreamOptions{Stdout: discard{}})
+	if err == nil {
+		t.Fatal("upgrade unexpectedly succeeded")
+	}
+	if !ShouldFallback(err) {
+		t.Fatalf("ShouldFallback(%v) = false", err)
+	}
+	if amhttpstream.IsUpgradeFailure(err) {
+		t.Fatalf("apimachinery predicate now matches; the note in ShouldFallback is stale")
+	}
+	if ShouldFallback(errors.New("connection reset")) || ShouldFallback(nil) {
+		t.Fatal("fallback on unrelated errors")
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func TestEngineFallsBackToSPDY(t *testing.T) {
+	env := newEnv(t, ProtocolAuto, func(so *execserver.Options, _ *Options) { so.DisableWebSocket = true })
+	res := env.run(t, Request{Shell: "echo via-fallback; exit 5"})
+	if res.Outcome != OutcomeExited || res.ExitCode != 5 || res.Stdout != "via-fallback\n" || res.Protocol != "spdy" {
+		t.Fatalf("%+v", res)
+	}
+	if ws, sp := env.srv.WebSocketRequests.Load(), env.srv.SPDYRequests.Load(); ws != 1 || sp != 1 {
+		t.Fatalf("websocket attempts %d, spdy %d; want 1 and 1", ws, sp)
+	}
+
+	// Forced WebSocket does not fall back: nothing ran.
+	ws := newEnv(t, ProtocolWebSocket, func(so *execserver.Options, _ *Options) { so.DisableWebSocket = true })
+	_, err := ws.eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}})
+	if !errors.Is(err, ErrNotStarted) || ws.srv.SPDYRequests.Load() != 0 {
+		t.Fatalf("err %v, spdy %d", err, ws.srv.SPDYRequests.Load())
+	}
+}
+
+func TestEngineAutoPrefersWebSocket(t *testing.T) {
+	env := newEnv(t, ProtocolAuto, nil)
+	res := env.run(t, Request{Argv: []string{"true"}})
+	if res.Protocol != "websocket" || env.srv.WebSocketRequests.Load() != 1 || env.srv.SPDYRequests.Load() != 0 {
+		t.Fatalf("%s; ws %d spdy %d", res.Protocol, env.srv.WebSocketRequests.Load(), env.srv.SPDYRequests.Load())
+	}
+}
+
+func TestEngineNotStarted(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(string(p), func(t *testing.T) {
+			env := newEnv(t, p, func(so *execserver.Options, _ *Options) { so.Pods = []string{"exists"} })
+			res, err := env.eng.Run(t.Context(), Request{Namespace: "ns", Pod: "missing", Argv: []string{"true"}})
+			if !errors.Is(err, ErrNotStarted) || res != nil {
+				t.Fatalf("res %+v err %v", res, err)
+			}
+			if res := env.run(t, Request{Namespace: "ns", Pod: "exists", Argv: []string{"true"}}); res.Outcome != OutcomeExited {
+				t.Fatalf("%+v", res)
+			}
+		})
+	}
+	// Nothing listening.
+	eng, err := New(&rest.Config{Host: "http://127.0.0.1:1"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}}); !errors.Is(err, ErrNotStarted) {
+		t.Fatalf("unreachable server: %v", err)
+	}
+}

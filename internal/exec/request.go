@@ -1,0 +1,154 @@
+package exec
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Request is one command to run in a sandbox container.
+type Request struct {
+	Namespace string
+	Pod       string
+	// Container may be empty when the pod has one container.
+	Container string
+	// Exactly one of Argv and Shell: Argv runs as is (looked up in the
+	// container's PATH); Shell runs with /bin/sh -c (error if the image has no
+	// /bin/sh). Both travel in the exec URL, so large scripts belong in Stdin.
+	Argv  []string
+	Shell string
+	// Cwd defaults to the container's working directory.
+	Cwd string
+	// Env is added to the container's environment.
+	Env map[string]string
+	// Stdin is given to the command; nil means EOF at once (/dev/null).
+	Stdin []byte
+	// Timeout kills the whole process tree in the sandbox; 0 means
+	// Options.DefaultTimeout.
+	Timeout time.Duration
+	// KeepBytes is the per-stream budget of output returned inline (default
+	// 16 KiB): a small head and the tail, with a marker in between.
+	KeepBytes int
+	// HeadBytes is the part of KeepBytes taken from the start (default
+	// min(1 KiB, KeepBytes/4)); negative keeps no head.
+	HeadBytes int
+	// MaxOutputBytes, if > 0, is a hard cap on stdout+stderr bytes: the
+	// wrapper kills the command once it is exceeded (outcome output_limit).
+	MaxOutputBytes int64
+	// KeepBackground leaves processes the command started in the background
+	// running after it exits (their output must go to files). By default they
+	// are killed. On timeout, output limit or stream loss everything is killed.
+	KeepBackground bool
+}
+
+// Defaults.
+const (
+	DefaultKeepBytes = 16 << 10
+	DefaultHeadBytes = 1 << 10
+	MinKeepBytes     = 256
+)
+
+// budget returns the kept head and tail sizes.
+func (r *Request) budget() (head, tail int) {
+	keep := r.KeepBytes
+	if keep == 0 {
+		keep = DefaultKeepBytes
+	}
+	switch {
+	case r.HeadBytes < 0:
+		head = 0
+	case r.HeadBytes == 0:
+		head = min(DefaultHeadBytes, keep/4)
+	default:
+		head = min(r.HeadBytes, keep)
+	}
+	return head, keep - head
+}
+
+func (r *Request) validate() error {
+	var errs []string
+	for _, m := range validation.IsDNS1123Subdomain(r.Namespace) {
+		errs = append(errs, "namespace: "+m)
+	}
+	for _, m := range validation.IsDNS1123Subdomain(r.Pod) {
+		errs = append(errs, "pod: "+m)
+	}
+	if r.Container != "" {
+		for _, m := range validation.IsDNS1123Label(r.Container) {
+			errs = append(errs, "container: "+m)
+		}
+	}
+	switch {
+	case len(r.Argv) > 0 && r.Shell != "":
+		errs = append(errs, "give either argv or shell, not both")
+	case len(r.Argv) == 0 && r.Shell == "":
+		errs = append(errs, "no command: give argv or shell")
+	case len(r.Argv) > 0 && r.Argv[0] == "":
+		errs = append(errs, "argv[0] is empty")
+	}
+	for _, a := range append([]string{r.Shell, r.Cwd}, r.Argv...) {
+		if strings.ContainsRune(a, 0) {
+			errs = append(errs, "NUL byte in command or cwd")
+			break
+		}
+	}
+	for k, v := range r.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			errs = append(errs, fmt.Sprintf("bad env name or value %q", k))
+		}
+	}
+	if r.Timeout < 0 {
+		errs = append(errs, "timeout must not be negative")
+	}
+	if r.KeepBytes != 0 && r.KeepBytes < MinKeepBytes {
+		errs = append(errs, "keep bytes must be 0 (default) or at least "+strconv.Itoa(MinKeepBytes))
+	}
+	if r.MaxOutputBytes < 0 {
+		errs = append(errs, "max output bytes must not be negative")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidRequest, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// ErrInvalidRequest wraps every Request validation error.
+var ErrInvalidRequest = errors.New("invalid exec request")
+
+// wrapperArgv is the command line run in the container:
+// WRAPPER run --nonce N --timeout T --grace G [flags] (--shell S | -- ARGV...).
+func wrapperArgv(wrapper string, r *Request, nonce string, timeout, grace time.Duration, outDir string) []string {
+	a := []string{wrapper, "run", "--nonce", nonce, "--timeout", timeout.String(), "--grace", grace.String()}
+	if r.Cwd != "" {
+		a = append(a, "--cwd", r.Cwd)
+	}
+	keys := make([]string, 0, len(r.Env))
+	for k := range r.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		a = append(a, "--env", k+"="+r.Env[k])
+	}
+	if r.Stdin == nil {
+		a = append(a, "--no-stdin")
+	}
+	if r.MaxOutputBytes > 0 {
+		a = append(a, "--max-output", strconv.FormatInt(r.MaxOutputBytes, 10))
+	}
+	if r.KeepBackground {
+		a = append(a, "--keep-leftovers")
+	}
+	if outDir != "" {
+		a = append(a, "--out-dir", outDir)
+	}
+	if r.Shell != "" {
+		return append(a, "--shell", r.Shell)
+	}
+	return append(append(a, "--"), r.Argv...)
+}

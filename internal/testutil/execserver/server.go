@@ -1,0 +1,180 @@
+// Package execserver is a local stand-in for "API server + kubelet + pod" in
+// exec tests: real remotecommand servers running real processes, no cluster.
+//
+//   - SPDY requests to /api/v1/namespaces/NS/pods/POD/exec are served by the
+//     kubelet's streaming code (k8s.io/cri-streaming ServeExec), as the API
+//     server would proxy them to the kubelet.
+//   - WebSocket v5 requests go through the API server's own
+//     StreamTranslatorHandler (k8s.io/apiserver), which speaks SPDY to the
+//     kubelet endpoint of this server — the production path.
+//   - The "container" runs commands as local processes; Rewrite maps
+//     container paths (the wrapper) to host paths.
+package execserver
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apiserver/pkg/util/proxy"
+	"k8s.io/client-go/rest"
+	crs "k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Rewrite maps argv[0] as seen in the container to a host path.
+	Rewrite map[string]string
+	// Env is added to the server's environment for commands (e.g. HOME).
+	Env []string
+	// Dir is the commands' working directory.
+	Dir string
+	// Pods, if set, are the only pods that exist; exec into others gets 404.
+	Pods []string
+	// DisableWebSocket answers WebSocket upgrades with 400, like a server
+	// that cannot translate them, to exercise the SPDY fallback.
+	DisableWebSocket bool
+}
+
+// Server is a running exec server.
+type Server struct {
+	URL  string
+	opts Options
+	hs   *httptest.Server
+
+	WebSocketRequests atomic.Int64
+	SPDYRequests      atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	procs map[int]*os.Process
+}
+
+// Start starts a server on loopback.
+func Start(opts Options) *Server {
+	s := &Server{opts: opts, conns: map[net.Conn]struct{}{}, procs: map[int]*os.Process{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/v1/namespaces/{ns}/pods/{pod}/exec", s.serveAPI)
+	mux.HandleFunc("/kubelet/exec/{ns}/{pod}", s.serveKubelet)
+	s.hs = httptest.NewUnstartedServer(mux)
+	s.hs.Config.ConnState = s.trackConn
+	s.hs.Start()
+	s.URL = s.hs.URL
+	return s
+}
+
+// Close stops the server.
+func (s *Server) Close() {
+	s.DropConnections(false)
+	s.hs.Close()
+}
+
+// RESTConfig points a client at the server.
+func (s *Server) RESTConfig() *rest.Config { return &rest.Config{Host: s.URL} }
+
+// DropConnections closes every connection abruptly, hijacked streams
+// included. With killExecs it also SIGKILLs the exec'd processes (not their
+// children), as containerd does when an exec's request context ends.
+func (s *Server) DropConnections(killExecs bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	if killExecs {
+		for _, p := range s.procs {
+			_ = p.Kill()
+		}
+	}
+}
+
+// ExecPIDs are the processes the server exec'd that are still running.
+func (s *Server) ExecPIDs() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for pid := range s.procs {
+		out = append(out, pid)
+	}
+	return out
+}
+
+func (s *Server) trackConn(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch st {
+	case http.StateNew:
+		s.conns[c] = struct{}{}
+	case http.StateClosed:
+		delete(s.conns, c)
+	}
+	// Hijacked connections stay tracked: those are the exec streams.
+}
+
+// serveAPI plays the API server's pods/exec endpoint.
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Pods != nil && !slices.Contains(s.opts.Pods, r.PathValue("pod")) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"message":"pods %q not found"}`, r.PathValue("pod"))
+		return
+	}
+	q := r.URL.Query()
+	cmd := q["command"]
+	opts := crs.Options{Stdin: q.Get("stdin") == "true", Stdout: q.Get("stdout") == "true", Stderr: q.Get("stderr") == "true"}
+	if wsstream.IsWebSocketRequest(r) {
+		s.WebSocketRequests.Add(1)
+		if s.opts.DisableWebSocket {
+			http.Error(w, "websocket upgrades not supported here", http.StatusBadRequest)
+			return
+		}
+		kq := url.Values{"command": cmd, "input": {b01(opts.Stdin)}, "output": {b01(opts.Stdout)}, "error": {b01(opts.Stderr)}}
+		loc, err := url.Parse(fmt.Sprintf("%s/kubelet/exec/%s/%s?%s", s.URL, r.PathValue("ns"), r.PathValue("pod"), kq.Encode()))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		translator := proxy.NewStreamTranslatorHandler(loc, nil, 0, proxy.Options{Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr})
+		// As the API server: translate only v5 (stream-close) WebSocket requests.
+		proxy.NewTranslatingHandler(http.NotFoundHandler(), translator, wsstream.IsWebSocketRequestWithStreamCloseProtocol).ServeHTTP(w, r)
+		return
+	}
+	s.SPDYRequests.Add(1)
+	s.serveExec(w, r, cmd, &opts)
+}
+
+// serveKubelet plays the kubelet's exec endpoint (SPDY, kubelet parameters).
+func (s *Server) serveKubelet(w http.ResponseWriter, r *http.Request) {
+	opts, err := crs.NewOptions(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	s.serveExec(w, r, r.URL.Query()["command"], opts)
+}
+
+func (s *Server) serveExec(w http.ResponseWriter, r *http.Request, cmd []string, opts *crs.Options) {
+	if len(cmd) == 0 {
+		http.Error(w, "no command", http.StatusBadRequest)
+		return
+	}
+	crs.ServeExec(w, r, (*executor)(s), r.PathValue("pod"), "", "", cmd, opts, 0, 30*time.Second, crs.SupportedStreamingProtocols)
+}
+
+func b01(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+var errNoCommand = errors.New("execserver: empty command")
