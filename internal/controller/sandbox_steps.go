@@ -198,8 +198,6 @@ func (r *SandboxReconciler) ensurePod(ctx context.Context, sbx *airlockv1.Sandbo
 		}
 		return fmt.Errorf("creating pod: %w", err)
 	}
-	r.Recorder.Eventf(sbx, pod, corev1.EventTypeNormal, "PodCreated", "Create",
-		"created pod %s with runtime class %s and image %s", pod.Name, res.RuntimeClassName, res.Image)
 	obs.pod = pod
 	return nil
 }

@@ -26,6 +26,13 @@ func OtherSelectingPolicies(podLabels map[string]string, ours string, policies [
 		if p.Name == ours {
 			continue
 		}
+		if len(p.Spec.PodSelector.MatchExpressions) == 0 {
+			// Fast path for the common case (every sandbox's own policy): a plain label match, no parsing.
+			if matchesLabels(p.Spec.PodSelector.MatchLabels, podLabels) {
+				names = append(names, p.Name)
+			}
+			continue
+		}
 		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
 		if err != nil {
 			return nil, fmt.Errorf("network policy %s has an invalid pod selector: %w", p.Name, err)
@@ -48,4 +55,14 @@ func normalize(s networkingv1.NetworkPolicySpec) networkingv1.NetworkPolicySpec 
 		s.Egress = nil
 	}
 	return s
+}
+
+// matchesLabels reports whether every required label is present with its value; an empty set selects all.
+func matchesLabels(required, podLabels map[string]string) bool {
+	for k, v := range required {
+		if got, ok := podLabels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }

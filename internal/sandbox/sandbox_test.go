@@ -239,6 +239,7 @@ func TestOtherSelectingPolicies(t *testing.T) {
 		pol("s", metav1.LabelSelector{MatchLabels: map[string]string{LabelName: "s"}}), // ours
 		pol("all-pods", metav1.LabelSelector{}),
 		pol("team-b", metav1.LabelSelector{MatchLabels: map[string]string{"team": "b"}}),
+		pol("empty-value", metav1.LabelSelector{MatchLabels: map[string]string{"absent": ""}}),
 		pol("by-expr", metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: metav1.LabelSelectorOpIn, Values: []string{"a"}}}}),
 	}
 	got, err := OtherSelectingPolicies(podLabels, "s", policies)
