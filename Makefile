@@ -64,6 +64,10 @@ envtest-assets: ## Build etcd, kube-apiserver and kubectl for envtest into the m
 test-integration: envtest-assets ## Integration tests against a real kube-apiserver + etcd (envtest).
 	KUBEBUILDER_ASSETS=$(K8S_BIN_DIR) go test $(GO_TEST_FLAGS) ./internal/controller/... -run 'Integration' -count=1 -v
 
+.PHONY: test-e2e
+test-e2e: ## End-to-end tests on the local cluster (brings it up and down; first time builds it, see README).
+	hack/e2e.sh $(E2E_FLAGS)
+
 .PHONY: bench-envtest
 bench-envtest: envtest-assets ## Benchmark: 1,000 Sandboxes vs 1,000 pods+policies on envtest (docs/performance.md).
 	KUBEBUILDER_ASSETS=$(K8S_BIN_DIR) go test ./internal/controller/... -run '^$$' -bench BenchmarkCreateSandboxes -benchtime 1x -count=1 -timeout 30m

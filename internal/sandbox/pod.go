@@ -13,7 +13,7 @@ import (
 
 // PodOptions are the operator's settings for every sandbox pod.
 type PodOptions struct {
-	// InitImage holds airlock-init at /airlock-init; it installs itself for the sandbox container and runs the
+	// InitImage has airlock-init as its entrypoint; it installs itself for the sandbox container and runs the
 	// network gate.
 	InitImage string
 	// GatePort is the port on the node's IP that the network gate expects to be unreachable (the kubelet's).
@@ -79,7 +79,7 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 			InitContainers: []corev1.Container{{
 				Name:  InitContainerName,
 				Image: o.InitImage,
-				Command: []string{"/airlock-init", "setup",
+				Args: []string{"setup",
 					"--install-dir=" + ToolsDir,
 					"--gate-host=$(AIRLOCK_NODE_IP)",
 					"--gate-port=" + strconv.Itoa(int(o.GatePort)),

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs the end-to-end tests (test/e2e) on the local cluster: brings it up if it is not (building what is
+# missing), builds and imports Airlock's images, runs the tests with the real manager binary, and brings the
+# cluster down again if this script brought it up (AIRLOCK_KEEP_CLUSTER=1 keeps it).
+# Usage: hack/e2e.sh [go test flags, e.g. -run TestNetworkIsolation]
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+VERSION="${VERSION:-$(sed -n 's/^VERSION ?= //p' "${ROOT_DIR}/Makefile")}"
+cluster="${HACK_DIR}/local-cluster.sh"
+
+was_up=0
+if "${cluster}" status >/dev/null 2>&1; then was_up=1; fi
+finish() {
+	local rc=$?
+	if [[ ${was_up} -eq 0 && "${AIRLOCK_KEEP_CLUSTER:-0}" != 1 ]]; then
+		log "bringing the local cluster down (set AIRLOCK_KEEP_CLUSTER=1 to keep it)"
+		"${cluster}" down || rc=1
+	fi
+	exit "${rc}"
+}
+trap finish EXIT
+
+start=${SECONDS}
+"${cluster}" up
+log "cluster up in $((SECONDS - start))s"
+
+cd "${ROOT_DIR}"
+mkdir -p bin
+ldflags="-s -w -X airlock.dev/airlock/internal/version.Version=${VERSION}"
+CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/manager ./cmd/manager
+CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/airlock-init ./cmd/airlock-init
+init_image="localhost/airlock/init:${VERSION}"
+"${HACK_DIR}/images.sh" binary "${init_image}" bin/airlock-init >/dev/null
+"${HACK_DIR}/images.sh" sandbox >/dev/null
+sandbox_image="$("${HACK_DIR}/images.sh" ref sandbox)"
+
+eval "$("${cluster}" env)"
+export AIRLOCK_E2E_MANAGER="${ROOT_DIR}/bin/manager" AIRLOCK_E2E_INIT_IMAGE="${init_image}"
+export AIRLOCK_E2E_SANDBOX_IMAGE="${sandbox_image}" AIRLOCK_E2E_KUBECTL="${K8S_BIN_DIR}/kubectl"
+log "running end-to-end tests (sandbox image ${sandbox_image}, init image ${init_image})"
+go test ./test/e2e/ -count=1 -v -timeout 45m "$@"

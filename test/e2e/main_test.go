@@ -1,0 +1,128 @@
+// Package e2e runs Airlock against the project's real single-node cluster (hack/local-cluster.sh): real pods
+// under gVisor and runc, a real NetworkPolicy enforcer, the real manager binary. `make test-e2e` brings the
+// cluster up, builds and imports the images, and sets the environment below.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	airlockexec "airlock.dev/airlock/internal/exec"
+)
+
+// Environment of the run, set by `make test-e2e`. A missing one fails the run: an e2e that silently skips
+// proves nothing.
+var (
+	kubeconfig   = os.Getenv("KUBECONFIG")
+	managerBin   = os.Getenv("AIRLOCK_E2E_MANAGER")
+	initImage    = os.Getenv("AIRLOCK_E2E_INIT_IMAGE")
+	sandboxImage = os.Getenv("AIRLOCK_E2E_SANDBOX_IMAGE")
+	kubectlBin   = os.Getenv("AIRLOCK_E2E_KUBECTL")
+)
+
+var (
+	scheme = runtime.NewScheme()
+	cfg    *rest.Config
+	k8s    client.Client
+	engine *airlockexec.Engine
+	mgr    *managerProc
+)
+
+func TestMain(m *testing.M) {
+	code, err := setup(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e setup:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func setup(m *testing.M) (int, error) {
+	for name, v := range map[string]string{"KUBECONFIG": kubeconfig, "AIRLOCK_E2E_MANAGER": managerBin,
+		"AIRLOCK_E2E_INIT_IMAGE": initImage, "AIRLOCK_E2E_SANDBOX_IMAGE": sandboxImage, "AIRLOCK_E2E_KUBECTL": kubectlBin} {
+		if v == "" {
+			return 1, fmt.Errorf("%s is not set: run the end-to-end tests with 'make test-e2e'", name)
+		}
+	}
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return 1, err
+	}
+	if err := airlockv1.AddToScheme(scheme); err != nil {
+		return 1, err
+	}
+	var err error
+	if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return 1, fmt.Errorf("loading %s: %w", kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return 1, err
+	}
+	if engine, err = airlockexec.New(cfg, airlockexec.Options{}); err != nil {
+		return 1, err
+	}
+	if out, err := exec.Command(kubectlBin, "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts",
+		"-f", "../../config/crd/bases").CombinedOutput(); err != nil {
+		return 1, fmt.Errorf("installing CRDs: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(kubectlBin, "--kubeconfig", kubeconfig, "wait", "--for=condition=Established",
+		"crd/sandboxes.sandbox.airlock.dev", "crd/sandboxtemplates.sandbox.airlock.dev", "--timeout=60s").CombinedOutput(); err != nil {
+		return 1, fmt.Errorf("waiting for CRDs: %v\n%s", err, out)
+	}
+	if mgr, err = startManager(); err != nil {
+		return 1, err
+	}
+	defer mgr.stop()
+	return m.Run(), nil
+}
+
+// newTenant creates a namespace that enforces the restricted Pod Security Standard, with the default
+// templates: python-node under gVisor and python-node-runc under runc.
+func newTenant(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-", Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
+		"pod-security.kubernetes.io/warn": "restricted",
+	}}}
+	if err := k8s.Create(ctx, ns); err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() { deleteNamespace(t, ns.Name) })
+	for name, rc := range map[string]string{"python-node": "gvisor", "python-node-runc": "runc"} {
+		tpl := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
+			Spec: airlockv1.SandboxTemplateSpec{Image: sandboxImage, RuntimeClassName: rc}}
+		if err := k8s.Create(ctx, tpl); err != nil {
+			t.Fatalf("creating template %s: %v", name, err)
+		}
+	}
+	return ns.Name
+}
+
+// deleteNamespace deletes sandboxes first (their finalizers need the manager), then the namespace, and waits.
+func deleteNamespace(t *testing.T, ns string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_ = k8s.DeleteAllOf(ctx, &airlockv1.Sandbox{}, client.InNamespace(ns))
+	_ = k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	for ctx.Err() == nil {
+		if err := k8s.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}); err != nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Errorf("namespace %s was not deleted within 2 minutes", ns)
+}

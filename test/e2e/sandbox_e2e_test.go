@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	airlockexec "airlock.dev/airlock/internal/exec"
+)
+
+func TestGVisorSandboxIsReadyIsolatedAndKeepsState(t *testing.T) {
+	ns := newTenant(t)
+	start := time.Now()
+	createSandbox(t, ns, "agent")
+	s := waitReady(t, ns, "agent")
+	t.Logf("Ready under gVisor %s after creation", time.Since(start).Round(time.Millisecond))
+	if s.Status.RuntimeClassName != "gvisor" || conditionStatus(s, airlockv1.ConditionNetworkIsolated) != "True/Isolated" {
+		t.Fatalf("want runtime gvisor and NetworkIsolated True/Isolated: %s", describe(s))
+	}
+
+	if res := sh(t, ns, "agent", "dmesg", 30*time.Second); !strings.Contains(res.Stdout, "gVisor") {
+		t.Errorf("dmesg inside should show the gVisor kernel, got exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	host, _ := exec.Command("uname", "-r").Output()
+	if res := sh(t, ns, "agent", "uname -r", 30*time.Second); strings.TrimSpace(res.Stdout) == strings.TrimSpace(string(host)) {
+		t.Errorf("uname -r inside is the host's kernel %q: not running under gVisor", res.Stdout)
+	}
+
+	// State persists across commands: files in the working directory, and the current user is not root.
+	if res := sh(t, ns, "agent", "echo 'print(6*7)' > solve.py && id -u && pwd", 30*time.Second); res.ExitCode != 0 ||
+		res.Stdout != "1000\n/home/sandbox\n" {
+		t.Fatalf("writing a file: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if res := sh(t, ns, "agent", "python3 solve.py", 30*time.Second); res.ExitCode != 0 || res.Stdout != "42\n" {
+		t.Fatalf("the next command must see the file: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	// Errors arrive intact: stderr and the exit code.
+	res := sh(t, ns, "agent", `python3 -c 'd={}; d["missing"]'`, 30*time.Second)
+	if res.ExitCode != 1 || !strings.Contains(res.Stderr, "KeyError: 'missing'") || res.Outcome != airlockexec.OutcomeExited {
+		t.Fatalf("want exit 1 with a KeyError traceback on stderr, got exit %d outcome %s stderr %q", res.ExitCode, res.Outcome, res.Stderr)
+	}
+	// No credentials: no service-account token is mounted.
+	if res := sh(t, ns, "agent", "ls /var/run/secrets/kubernetes.io/serviceaccount", 30*time.Second); res.ExitCode == 0 {
+		t.Errorf("a service-account token directory exists in the sandbox: %q", res.Stdout)
+	}
+
+	// No network: installing a package fails with a visible error instead of hanging.
+	begin := time.Now()
+	res = sh(t, ns, "agent", "python3 -m venv v && v/bin/pip install --retries 0 --timeout 5 requests", 3*time.Minute)
+	took := time.Since(begin)
+	t.Logf("pip install without network: exit %d after %s; stderr tail %q", res.ExitCode, took.Round(time.Millisecond), tail(res.Stderr, 200))
+	if res.Outcome != airlockexec.OutcomeExited || res.ExitCode == 0 || res.Stderr == "" {
+		t.Errorf("pip install must fail visibly: outcome %s exit %d stderr %q", res.Outcome, res.ExitCode, res.Stderr)
+	}
+}
+
+func TestRuncTemplateWorks(t *testing.T) {
+	ns := newTenant(t)
+	createSandbox(t, ns, "plain", withTemplate("python-node-runc"))
+	s := waitReady(t, ns, "plain")
+	if s.Status.RuntimeClassName != "runc" {
+		t.Fatalf("runtime %q, want runc", s.Status.RuntimeClassName)
+	}
+	host, _ := exec.Command("uname", "-r").Output()
+	if res := sh(t, ns, "plain", "uname -r", 30*time.Second); strings.TrimSpace(res.Stdout) != strings.TrimSpace(string(host)) {
+		t.Errorf("under runc uname -r should be the host's %q, got %q", host, res.Stdout)
+	}
+}
+
+func TestExpiryHoldsAcrossManagerKill(t *testing.T) {
+	ns := newTenant(t)
+	const timeout = 20 * time.Second
+	createSandbox(t, ns, "brief", withTimeout(timeout))
+	s := waitReady(t, ns, "brief")
+	created := s.CreationTimestamp.Time
+
+	mgr.kill()
+	time.Sleep(2 * time.Second)
+	var err error
+	if mgr, err = startManager(); err != nil {
+		t.Fatalf("restarting manager: %v", err)
+	}
+	ctx := context.Background()
+	deadline := created.Add(timeout + 10*time.Second)
+	for {
+		_, err := getSandbox(ns, "brief")
+		podErr := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "brief"}, &corev1.Pod{})
+		npErr := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "brief"}, &networkingv1.NetworkPolicy{})
+		if apierrors.IsNotFound(err) && apierrors.IsNotFound(podErr) && apierrors.IsNotFound(npErr) {
+			t.Logf("sandbox, pod and policy gone %s after creation (timeout %s)", time.Since(created).Round(time.Millisecond), timeout)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after timeout+10s: sandbox err=%v pod err=%v policy err=%v", err, podErr, npErr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestCreateDeleteCyclesLeaveNoOrphans(t *testing.T) {
+	ns := newTenant(t)
+	ctx := context.Background()
+	const cycles = 50
+	for i := range cycles {
+		name := fmt.Sprintf("cycle-%d", i)
+		createSandbox(t, ns, name)
+		eventually(t, 30*time.Second, "pod of "+name+" exists", func() error {
+			return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Pod{})
+		})
+		if err := k8s.Delete(ctx, &airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+			t.Fatalf("deleting %s: %v", name, err)
+		}
+	}
+	eventually(t, 2*time.Minute, "no sandboxes, pods or policies left", func() error {
+		var sbx airlockv1.SandboxList
+		var pods corev1.PodList
+		var nps networkingv1.NetworkPolicyList
+		for _, l := range []client.ObjectList{&sbx, &pods, &nps} {
+			if err := k8s.List(ctx, l, client.InNamespace(ns)); err != nil {
+				return err
+			}
+		}
+		if n := len(sbx.Items) + len(pods.Items) + len(nps.Items); n > 0 {
+			return fmt.Errorf("%d sandboxes, %d pods, %d policies remain", len(sbx.Items), len(pods.Items), len(nps.Items))
+		}
+		return nil
+	})
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
