@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	"airlock.dev/airlock/internal/testutil/execserver"
 )
@@ -19,6 +22,10 @@ import (
 var wrapperBin string
 
 func TestMain(m *testing.M) {
+	// The streaming servers log every closed connection; that is the tests'
+	// normal business, not news.
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
 	dir, err := os.MkdirTemp("", "exec-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

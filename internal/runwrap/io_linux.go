@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // streamOut is one of the exec stream's output descriptors. It is switched to
@@ -45,12 +47,24 @@ func (o *streamOut) write(b []byte, stall time.Duration) error {
 	return err
 }
 
+// copyBufSize matches the enlarged pipes: fewer, larger reads and writes.
+const copyBufSize = 256 << 10
+
+// growPipe asks for a 256 KiB pipe buffer instead of the default 64 KiB,
+// which makes a flood cost fewer context switches. Best effort: it fails
+// harmlessly on non-pipes or under a lower limit.
+func growPipe(f *os.File) {
+	if sc, err := f.SyscallConn(); err == nil {
+		_ = sc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, copyBufSize) })
+	}
+}
+
 // copy tees one output pipe of the command into its file and the stream,
 // enforcing --max-output across both streams. It reads until EOF even after
 // the stream is lost, so the command never blocks on a full pipe.
 func (s *supervisor) copy(wg *sync.WaitGroup, src, file *os.File, dst *streamOut) {
 	defer wg.Done()
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, copyBufSize)
 	for {
 		n, err := src.Read(buf)
 		data := buf[:n]

@@ -52,6 +52,8 @@ func TestKeepLeftovers(t *testing.T) {
 	if r.trailer.ExitCode != 0 || r.trailer.LeftoversKilled != 0 || r.elapsed > 3*time.Second {
 		t.Fatalf("%+v in %v", r.trailer, r.elapsed)
 	}
+	waitPresent(t, s, 1) // it may still be exec'ing
+	time.Sleep(100 * time.Millisecond)
 	pids := procsWith(s)
 	if len(pids) != 1 {
 		t.Fatalf("kept process missing: %v", pids)

@@ -126,6 +126,24 @@ func reapOrphans() {
 	}
 }
 
+// hasChildren reaps exited children and reports whether live ones remain.
+// Thanks to the subreaper bit, no children means no descendants at all, which
+// spares the /proc walk in the common case. Same caveat as reapOrphans.
+func hasChildren() bool {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil:
+			return false // ECHILD
+		case pid == 0:
+			return true
+		}
+	}
+}
+
 // oomKillCount reads the container cgroup's oom_kill counter (cgroup v2, then
 // v1); -1 if unavailable.
 func oomKillCount() int64 {

@@ -93,6 +93,9 @@ func (s *supervisor) run(life, ready *os.File) int {
 	if err := errors.Join(err1, err2); err != nil {
 		return s.finishWrapperError(ready, fmt.Errorf("output pipes: %w", err))
 	}
+	for _, f := range []*os.File{outR, errR, s.stdout.f, s.stderr.f} {
+		growPipe(f)
+	}
 	cmd, startErr := s.command(outW, errW)
 	if startErr == nil {
 		startErr = cmd.Start()
@@ -172,7 +175,7 @@ loop:
 			drain = keptDrainTimeout
 			return
 		}
-		if len(liveDescendants(me)) > 0 {
+		if hasChildren() && len(liveDescendants(me)) > 0 {
 			t.LeftoversKilled = killTree(me, 0, s.cfg.Grace)
 		}
 	})
