@@ -1,0 +1,224 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// ExecResponse is the result of a command. exit_code, duration_ms, stdout, stderr and truncated keep the
+// names and meanings existing clients rely on.
+type ExecResponse struct {
+	ExitCode   int    `json:"exit_code"`
+	DurationMS int64  `json:"duration_ms"`
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	Truncated  bool   `json:"truncated"`
+	// Outcome is exited, timeout, signal, oom, output_limit or sandbox_lost.
+	Outcome          string     `json:"outcome"`
+	Signal           string     `json:"signal,omitempty"`
+	StdoutBytes      int64      `json:"stdout_bytes"`
+	StderrBytes      int64      `json:"stderr_bytes"`
+	Truncation       Truncation `json:"truncation"`
+	OutputIncomplete bool       `json:"output_incomplete,omitempty"`
+	Detail           string     `json:"detail,omitempty"`
+}
+
+// Truncation says, per stream, what of the output is inline and where the rest is.
+type Truncation struct {
+	Stdout StreamTruncation `json:"stdout"`
+	Stderr StreamTruncation `json:"stderr"`
+}
+
+// StreamTruncation describes one stream.
+type StreamTruncation struct {
+	Truncated      bool   `json:"truncated"`
+	KeptBytes      int    `json:"kept_bytes"`
+	OmittedBytes   int64  `json:"omitted_bytes"`
+	FullOutputPath string `json:"full_output_path,omitempty"`
+}
+
+func responseOf(res *exec.Result) ExecResponse {
+	st := func(t exec.StreamTruncation) StreamTruncation {
+		return StreamTruncation{Truncated: t.Truncated, KeptBytes: t.KeptBytes, OmittedBytes: t.OmittedBytes, FullOutputPath: t.FullOutputPath}
+	}
+	return ExecResponse{
+		ExitCode: res.ExitCode, DurationMS: res.Duration.Milliseconds(), Stdout: res.Stdout, Stderr: res.Stderr,
+		Truncated: res.Truncated, Outcome: string(res.Outcome), Signal: res.Signal,
+		StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
+		Truncation:       Truncation{Stdout: st(res.Truncation.Stdout), Stderr: st(res.Truncation.Stderr)},
+		OutputIncomplete: res.OutputIncomplete, Detail: res.Detail,
+	}
+}
+
+func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	id, e := sandboxID(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var req ExecRequest
+	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	if e := decodeJSON(r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := req.validate(s.opts.MaxExecTimeout.Milliseconds()); e != nil {
+		writeError(w, e)
+		return
+	}
+	sb, e := s.readySandbox(r.Context(), p, id)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	release, e := s.acquireExec(p)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	defer release()
+
+	xr := s.execRequest(r.Context(), sb, &req)
+	if s.opts.LogCommands {
+		s.opts.Logger.Info("exec", "tenant", p.Tenant, "sandbox", id, "argv", xr.Argv, "shell", xr.Shell)
+	}
+	var res *exec.Result
+	var err error
+	if wantsNDJSON(r) {
+		res, err = s.streamExec(w, r, xr)
+	} else {
+		res, err = s.opts.Engine.Stream(r.Context(), xr, nil)
+		if err == nil {
+			writeJSON(w, http.StatusOK, responseOf(res))
+		} else if res == nil {
+			writeError(w, execError(err))
+		}
+	}
+	if res != nil {
+		s.observeExec(p, res)
+		s.audit(sb, reasonExec, "Exec", "command by key %s ended: %s (exit %d) after %dms",
+			p.KeyID, res.Outcome, res.ExitCode, res.Duration.Milliseconds())
+	}
+	if err != nil && r.Context().Err() == nil {
+		s.opts.Logger.Error(err, "exec", "tenant", p.Tenant, "sandbox", id)
+	}
+}
+
+// readySandbox returns the caller's sandbox if commands may run in it, else 404 or 409 with its phase.
+func (s *Server) readySandbox(ctx context.Context, p auth.Principal, id string) (*airlockv1.Sandbox, *Error) {
+	sb, e := s.lookup(ctx, s.opts.Reader, p, id)
+	if e != nil {
+		return nil, e
+	}
+	if sb.DeletionTimestamp != nil || sb.Status.Phase != airlockv1.PhaseReady {
+		e := &Error{Status: http.StatusConflict, Code: CodeNotReady, Phase: statusOf(sb),
+			Message: "sandbox " + id + " is " + statusOf(sb) + ", not ready"}
+		if c := meta.FindStatusCondition(sb.Status.Conditions, airlockv1.ConditionReady); c != nil && c.Status != "True" {
+			e.Reason = c.Reason
+			if c.Message != "" {
+				e.Message += ": " + c.Message
+			}
+		}
+		return nil, e
+	}
+	return sb, nil
+}
+
+func (s *Server) acquireExec(p auth.Principal) (func(), *Error) {
+	release, ok := s.execs.acquire(p.Tenant)
+	if !ok {
+		s.metrics.rejected.WithLabelValues(p.Tenant, CodeTooManyExecs).Inc()
+		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeTooManyExecs,
+			Message: "too many commands in flight for this tenant; wait for one to finish"}
+	}
+	return release, nil
+}
+
+// execRequest turns the API request into the engine's, with the sandbox's defaults.
+func (s *Server) execRequest(ctx context.Context, sb *airlockv1.Sandbox, req *ExecRequest) exec.Request {
+	wd := workingDir(sb)
+	xr := exec.Request{
+		Namespace: sb.Namespace,
+		Pod:       podName(sb),
+		Container: sandbox.ContainerName,
+		Argv:      req.Argv,
+		Shell:     req.Command,
+		Cwd:       wd,
+		Env:       req.Env,
+		Timeout:   DefaultExecTimeout * time.Millisecond,
+		KeepBytes: int(s.outputBudget(ctx, sb)),
+	}
+	if req.Cwd != "" {
+		xr.Cwd = req.Cwd
+		if !strings.HasPrefix(req.Cwd, "/") {
+			xr.Cwd = path.Join(wd, req.Cwd)
+		}
+	}
+	if req.Stdin != nil {
+		xr.Stdin = []byte(*req.Stdin)
+	}
+	if req.TimeoutMS != nil {
+		xr.Timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
+	}
+	if req.MaxOutputBytes != nil {
+		xr.KeepBytes = int(*req.MaxOutputBytes)
+	}
+	if req.KillAfterOutputBytes != nil {
+		xr.MaxOutputBytes = *req.KillAfterOutputBytes
+	}
+	return xr
+}
+
+func podName(sb *airlockv1.Sandbox) string {
+	if sb.Status.PodName != "" {
+		return sb.Status.PodName
+	}
+	return sb.Name
+}
+
+// outputBudget is the template's outputLimitBytes, else the gateway's default. A template that cannot be
+// read (deleted since) does not fail the command.
+func (s *Server) outputBudget(ctx context.Context, sb *airlockv1.Sandbox) int64 {
+	if sb.Spec.TemplateRef != nil {
+		var t airlockv1.SandboxTemplate
+		err := s.opts.Reader.Get(ctx, types.NamespacedName{Namespace: sb.Namespace, Name: sb.Spec.TemplateRef.Name}, &t)
+		if err == nil && t.Spec.OutputLimitBytes != nil {
+			return *t.Spec.OutputLimitBytes
+		}
+	}
+	return s.opts.DefaultOutputBytes
+}
+
+func (s *Server) observeExec(p auth.Principal, res *exec.Result) {
+	s.metrics.execDuration.WithLabelValues(string(res.Outcome)).Observe(res.Duration.Seconds())
+	s.metrics.execs.WithLabelValues(p.Tenant, string(res.Outcome)).Inc()
+	s.metrics.outputBytes.WithLabelValues(p.Tenant, "stdout").Add(float64(res.StdoutBytes))
+	s.metrics.outputBytes.WithLabelValues(p.Tenant, "stderr").Add(float64(res.StderrBytes))
+}
+
+// execError maps an engine error that came without a result.
+func execError(err error) *Error {
+	switch {
+	case errors.Is(err, exec.ErrInvalidRequest):
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: err.Error()}
+	case errors.Is(err, exec.ErrNotStarted) && isNetError(err):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the cluster is unreachable; the command did not run"}
+	case errors.Is(err, exec.ErrNotStarted):
+		return &Error{Status: http.StatusConflict, Code: CodeNotReady, Message: "the command could not be started in the sandbox (its pod may be gone); it did not run"}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "request ended before the command started"}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error running the command"}
+}

@@ -1,0 +1,146 @@
+package gateway
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"airlock.dev/airlock/internal/gateway/auth"
+)
+
+// statusWriter remembers the status for the access log and passes Flush through for streaming.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if h, ok := w.ResponseWriter.(http.Hijacker); ok {
+		return h.Hijack()
+	}
+	return nil, nil, errors.New("hijack not supported")
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+type ctxKey int
+
+const tenantKey ctxKey = 0
+
+// accessLog logs one line per request: method, path, status, duration, tenant. Never bodies or commands.
+func (s *Server) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		var p auth.Principal
+		r = r.WithContext(contextWithPrincipal(r.Context(), &p))
+		next.ServeHTTP(sw, r)
+		s.opts.Logger.Info("access", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+			"bytes", sw.bytes, "duration_ms", time.Since(start).Milliseconds(), "tenant", p.Tenant, "key", p.KeyID)
+	})
+}
+
+// recoverer turns a panic into a logged 500; a handler bug must not take the gateway down.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.opts.Logger.Error(nil, "panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				writeError(w, &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"})
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// methodNotAllowedAsJSON rewrites the mux's plain-text 405 into the error envelope.
+func methodNotAllowedAsJSON(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(&jsonErrorWriter{ResponseWriter: w}, r)
+	})
+}
+
+// jsonErrorWriter replaces the mux's text 405 body.
+type jsonErrorWriter struct {
+	http.ResponseWriter
+	swallow bool
+}
+
+func (w *jsonErrorWriter) WriteHeader(code int) {
+	if code == http.StatusMethodNotAllowed && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+		w.swallow = true
+		w.Header().Set("Content-Type", "application/json")
+		w.ResponseWriter.WriteHeader(code)
+		_, _ = w.ResponseWriter.Write([]byte(`{"error":{"code":"` + CodeMethodNotAllowed + `","message":"method not allowed; see the Allow header"}}` + "\n"))
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *jsonErrorWriter) Write(b []byte) (int, error) {
+	if w.swallow {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *jsonErrorWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *jsonErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// authenticate checks the bearer key and passes the tenant to h.
+func (s *Server) authenticate(h func(http.ResponseWriter, *http.Request, auth.Principal)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || key == "" {
+			writeError(w, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: "missing bearer API key: send Authorization: Bearer <key>"})
+			return
+		}
+		p, err := s.opts.Auth.Authenticate(r.Context(), strings.TrimSpace(key))
+		if err != nil {
+			if !errors.Is(err, auth.ErrUnauthenticated) {
+				s.opts.Logger.Error(err, "authenticating")
+			}
+			writeError(w, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: "invalid or revoked API key"})
+			return
+		}
+		if pp := principalFrom(r.Context()); pp != nil {
+			*pp = p
+		}
+		h(w, r, p)
+	})
+}

@@ -1,0 +1,279 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/gateway/auth"
+)
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	var req CreateRequest
+	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	if e := decodeJSON(r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := req.validate(); e != nil {
+		writeError(w, e)
+		return
+	}
+	if ok, retry := s.creates.allow(p.KeyID); !ok {
+		s.metrics.rejected.WithLabelValues(p.Tenant, CodeRateLimited).Inc()
+		w.Header().Set("Retry-After", strconv.Itoa(int(retry/time.Second)+1))
+		writeError(w, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+			Message: fmt.Sprintf("too many sandbox creations for this key: at most %g per second (burst %d)", s.opts.CreateRate, s.opts.CreateBurst)})
+		return
+	}
+	ctx := r.Context()
+	tmpl := req.Template
+	if tmpl == "" {
+		tmpl = s.opts.DefaultTemplate
+	}
+	var t airlockv1.SandboxTemplate
+	if err := s.opts.Client.Get(ctx, types.NamespacedName{Namespace: p.Tenant, Name: tmpl}, &t); err != nil {
+		if apierrors.IsNotFound(err) {
+			writeError(w, badField("template", "no template %q is available to this tenant", tmpl))
+			return
+		}
+		writeError(w, fromKube(err, "template"))
+		return
+	}
+	sb, e := buildSandbox(&req, p, tmpl)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if err := s.opts.Client.Create(ctx, sb); err != nil {
+		e := fromKube(err, "sandbox")
+		if e.Code == CodeQuotaExceeded {
+			s.metrics.rejected.WithLabelValues(p.Tenant, CodeQuotaExceeded).Inc()
+		}
+		writeError(w, e)
+		return
+	}
+	s.audit(sb, reasonCreated, "Create", "created through the gateway by key %s", p.KeyID)
+	if req.Wait == nil || *req.Wait {
+		sb = s.waitReady(ctx, sb)
+	}
+	writeJSON(w, http.StatusCreated, viewOf(sb, time.Now()))
+}
+
+func buildSandbox(req *CreateRequest, p auth.Principal, tmpl string) (*airlockv1.Sandbox, *Error) {
+	sb := &airlockv1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: "sbx-",
+			Namespace:    p.Tenant,
+			Annotations:  map[string]string{AnnotationKeyID: p.KeyID},
+		},
+		Spec: airlockv1.SandboxSpec{TemplateRef: &airlockv1.TemplateReference{Name: tmpl}},
+	}
+	if req.Size != "" {
+		sb.Spec.Size = sizeValues[req.Size]
+	}
+	if req.TimeoutMinutes != nil {
+		sb.Spec.Timeout = &metav1.Duration{Duration: time.Duration(*req.TimeoutMinutes) * time.Minute}
+	}
+	switch req.Network {
+	case "none":
+		sb.Spec.Network = &airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone}
+	case "restricted":
+		sb.Spec.Network = &airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted}
+	}
+	for _, k := range sortedKeys(req.Env) {
+		sb.Spec.Env = append(sb.Spec.Env, airlockv1.EnvVar{Name: k, Value: req.Env[k]})
+	}
+	if len(req.Metadata) > 0 {
+		b, err := json.Marshal(req.Metadata)
+		if err != nil {
+			return nil, badField("metadata", "cannot be encoded: %v", err)
+		}
+		sb.Annotations[AnnotationMetadata] = string(b)
+	}
+	return sb, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// waitReady polls until the sandbox leaves Pending, ReadyTimeout passes or the caller goes away; it returns
+// the last state seen (still pending on timeout: the caller can poll GET).
+func (s *Server) waitReady(ctx context.Context, sb *airlockv1.Sandbox) *airlockv1.Sandbox {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ReadyTimeout)
+	defer cancel()
+	key := client.ObjectKeyFromObject(sb)
+	delay := 100 * time.Millisecond
+	for {
+		var cur airlockv1.Sandbox
+		if err := s.opts.Client.Get(ctx, key, &cur); err == nil {
+			sb = &cur
+			if p := sb.Status.Phase; p != "" && p != airlockv1.PhasePending {
+				return sb
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return sb
+		case <-time.After(delay):
+		}
+		delay = min(delay*3/2, time.Second)
+	}
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	var list airlockv1.SandboxList
+	if err := s.opts.Client.List(r.Context(), &list, client.InNamespace(p.Tenant)); err != nil {
+		writeError(w, fromKube(err, "sandboxes"))
+		return
+	}
+	slices.SortFunc(list.Items, func(a, b airlockv1.Sandbox) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	now := time.Now()
+	out := struct {
+		Sandboxes []SandboxView `json:"sandboxes"`
+	}{Sandboxes: make([]SandboxView, 0, len(list.Items))}
+	for i := range list.Items {
+		out.Sandboxes = append(out.Sandboxes, viewOf(&list.Items[i], now))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// sandboxID reads and checks {id}. A malformed id cannot name a sandbox: 404 like any missing one.
+func sandboxID(r *http.Request) (string, *Error) {
+	id := r.PathValue("id")
+	if len(validation.IsDNS1123Subdomain(id)) > 0 || len(id) > 63 {
+		return "", notFound("sandbox " + strconv.Quote(id))
+	}
+	return id, nil
+}
+
+// lookup fetches the caller's sandbox from reader; only the tenant's namespace is ever read, so another
+// tenant's sandbox is indistinguishable from a missing one.
+func (s *Server) lookup(ctx context.Context, reader client.Reader, p auth.Principal, id string) (*airlockv1.Sandbox, *Error) {
+	var sb airlockv1.Sandbox
+	err := reader.Get(ctx, types.NamespacedName{Namespace: p.Tenant, Name: id}, &sb)
+	if apierrors.IsNotFound(err) && reader != s.opts.Client {
+		// The cache may not have seen a sandbox created a moment ago.
+		err = s.opts.Client.Get(ctx, types.NamespacedName{Namespace: p.Tenant, Name: id}, &sb)
+	}
+	if err != nil {
+		return nil, fromKube(err, "sandbox "+strconv.Quote(id))
+	}
+	return &sb, nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	id, e := sandboxID(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	sb, e := s.lookup(r.Context(), s.opts.Client, p, id)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(sb, time.Now()))
+}
+
+// deleteSandbox deletes in the background and answers 200 with the sandbox as it was, status terminating.
+// Repeating it while the sandbox is terminating answers the same; once it is gone the answer is 404.
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	id, e := sandboxID(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	sb, e := s.lookup(r.Context(), s.opts.Client, p, id)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if sb.DeletionTimestamp == nil {
+		err := s.opts.Client.Delete(r.Context(), sb, client.PropagationPolicy(metav1.DeletePropagationBackground),
+			client.Preconditions{UID: &sb.UID})
+		if err != nil && !apierrors.IsNotFound(err) {
+			writeError(w, fromKube(err, "sandbox "+strconv.Quote(id)))
+			return
+		}
+		now := metav1.Now()
+		sb.DeletionTimestamp = &now
+		s.audit(sb, reasonDeleted, "Delete", "deleted through the gateway by key %s", p.KeyID)
+	}
+	writeJSON(w, http.StatusOK, viewOf(sb, time.Now()))
+}
+
+// extendTimeout raises spec.timeout (lifetime from creation). The sandbox's cap is status.maxTimeout; the API
+// server itself refuses a lower value (CEL rule), which we report as 409.
+func (s *Server) extendTimeout(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	id, e := sandboxID(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var req TimeoutRequest
+	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	if e := decodeJSON(r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := req.validate(); e != nil {
+		writeError(w, e)
+		return
+	}
+	sb, e := s.lookup(r.Context(), s.opts.Client, p, id)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if st := statusOf(sb); st != "pending" && st != "ready" {
+		writeError(w, &Error{Status: http.StatusConflict, Code: CodeConflict, Phase: st,
+			Message: "sandbox is " + st + ": its timeout can no longer be changed"})
+		return
+	}
+	want := time.Duration(*req.TimeoutMinutes) * time.Minute
+	if mt := sb.Status.MaxTimeout; mt != nil && want > mt.Duration {
+		writeError(w, badField("timeout_minutes", "at most %g for this sandbox (its template's and the operator's cap)", mt.Minutes()))
+		return
+	}
+	if cur := sb.Spec.Timeout; cur != nil && want < cur.Duration {
+		writeError(w, &Error{Status: http.StatusConflict, Code: CodeConflict,
+			Message: fmt.Sprintf("timeout can only be raised: it is %g minutes now", cur.Minutes())})
+		return
+	}
+	patch := fmt.Appendf(nil, `{"spec":{"timeout":%q}}`, want.String())
+	if err := s.opts.Client.Patch(r.Context(), sb, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		e := fromKube(err, "sandbox "+strconv.Quote(id))
+		if apierrors.IsInvalid(err) && strings.Contains(err.Error(), "may only grow") {
+			e = &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "timeout can only be raised, never lowered"}
+		}
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(sb, time.Now()))
+}
+

@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/gateway/auth"
+)
+
+// Executor runs commands in sandbox pods; *exec.Engine is the real one.
+type Executor interface {
+	Stream(ctx context.Context, req exec.Request, onChunk func(exec.Chunk) error) (*exec.Result, error)
+}
+
+// Authenticator turns a bearer key into a tenant; *auth.Store is the real one.
+type Authenticator interface {
+	Authenticate(ctx context.Context, key string) (auth.Principal, error)
+}
+
+
+// Options configure a Server. Client, Engine and Auth are required.
+type Options struct {
+	// Client writes and reads Sandboxes and SandboxTemplates (scheme must include airlock's API).
+	Client client.Client
+	// Reader, if set, serves the hot-path reads (exec, files) from a cache; Client is the fallback.
+	Reader client.Reader
+	Engine Executor
+	Auth   Authenticator
+	// Audit, if set, records events.k8s.io Events on create, delete and exec.
+	Audit AuditRecorder
+	// Registry receives the gateway's metrics (a new one if nil); /metrics serves it.
+	Registry *prometheus.Registry
+	Logger   logr.Logger
+
+	DefaultTemplate string
+	// ReadyTimeout bounds how long create waits for Ready (default 60s).
+	ReadyTimeout time.Duration
+	// MaxExecTimeout caps timeout_ms (default 1h).
+	MaxExecTimeout time.Duration
+	// DefaultOutputBytes is the per-stream inline budget when neither the request nor the template sets one.
+	DefaultOutputBytes int64
+	// MaxBodyBytes bounds JSON bodies (default 1 MiB); MaxFileBytes bounds file uploads and downloads (16 MiB).
+	MaxBodyBytes int64
+	MaxFileBytes int64
+	// CreateRate and CreateBurst limit sandbox creation per key (default 1/s, burst 10; rate < 0 disables).
+	CreateRate  float64
+	CreateBurst int
+	// MaxExecsPerTenant bounds commands and file transfers in flight per tenant (default 20; < 0 disables).
+	MaxExecsPerTenant int
+	// LogCommands adds commands to the access log (off by default: they may hold secrets).
+	LogCommands bool
+}
+
+// Server is the gateway's HTTP API.
+type Server struct {
+	opts    Options
+	metrics *Metrics
+	creates *rateLimiter
+	execs   *concurrencyLimiter
+	handler http.Handler
+}
+
+// New checks opts, fills defaults and builds the handler.
+func New(opts Options) (*Server, error) {
+	if opts.Client == nil || opts.Engine == nil || opts.Auth == nil {
+		return nil, errors.New("gateway: Client, Engine and Auth are required")
+	}
+	if opts.Reader == nil {
+		opts.Reader = opts.Client
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	if opts.DefaultTemplate == "" {
+		opts.DefaultTemplate = "python-node"
+	}
+	defDur(&opts.ReadyTimeout, 60*time.Second)
+	defDur(&opts.MaxExecTimeout, time.Hour)
+	defInt(&opts.DefaultOutputBytes, exec.DefaultKeepBytes)
+	defInt(&opts.MaxBodyBytes, 1<<20)
+	defInt(&opts.MaxFileBytes, 16<<20)
+	if opts.CreateRate == 0 {
+		opts.CreateRate = 1
+	}
+	if opts.CreateBurst == 0 {
+		opts.CreateBurst = 10
+	}
+	if opts.MaxExecsPerTenant == 0 {
+		opts.MaxExecsPerTenant = 20
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	m, err := NewMetrics(opts.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opts:    opts,
+		metrics: m,
+		creates: newRateLimiter(opts.CreateRate, opts.CreateBurst),
+		execs:   newConcurrencyLimiter(opts.MaxExecsPerTenant),
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+func defDur(d *time.Duration, v time.Duration) {
+	if *d <= 0 {
+		*d = v
+	}
+}
+
+func defInt(i *int64, v int64) {
+	if *i <= 0 {
+		*i = v
+	}
+}
+
+// Handler is the whole HTTP API, /metrics included.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Metrics are the gateway's metrics (to register extra collectors such as UsageCollector).
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	authed := func(h func(http.ResponseWriter, *http.Request, auth.Principal)) http.Handler { return s.authenticate(h) }
+	mux.Handle("POST /v1/sandboxes", authed(s.createSandbox))
+	mux.Handle("GET /v1/sandboxes", authed(s.listSandboxes))
+	mux.Handle("GET /v1/sandboxes/{id}", authed(s.getSandbox))
+	mux.Handle("DELETE /v1/sandboxes/{id}", authed(s.deleteSandbox))
+	mux.Handle("POST /v1/sandboxes/{id}/timeout", authed(s.extendTimeout))
+	mux.Handle("POST /v1/sandboxes/{id}/exec", authed(s.execCommand))
+	mux.Handle("PUT /v1/sandboxes/{id}/files", authed(s.putFile))
+	mux.Handle("GET /v1/sandboxes/{id}/files", authed(s.getFile))
+	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path + "; see /v1/openapi.json"})
+	})
+	return s.recoverer(s.accessLog(methodNotAllowedAsJSON(mux)))
+}
