@@ -68,6 +68,10 @@ test-integration: envtest-assets ## Integration tests against a real kube-apiser
 test-e2e: ## End-to-end tests on the local cluster (brings it up and down; first time builds it, see README).
 	hack/e2e.sh $(E2E_FLAGS)
 
+.PHONY: bench-e2e
+bench-e2e: ## Benchmark on the local cluster: Sandbox create->Ready vs a bare pod, gVisor and runc (docs/performance.md).
+	hack/e2e.sh -run '^$$' -bench BenchmarkColdReady -benchtime 1x
+
 .PHONY: bench-envtest
 bench-envtest: envtest-assets ## Benchmark: 1,000 Sandboxes vs 1,000 pods+policies on envtest (docs/performance.md).
 	KUBEBUILDER_ASSETS=$(K8S_BIN_DIR) go test ./internal/controller/... -run '^$$' -bench BenchmarkCreateSandboxes -benchtime 1x -count=1 -timeout 30m
