@@ -8,6 +8,7 @@ import (
 
 // Metrics are the gateway's Prometheus metrics. Sandbox counts and usage come from UsageCollector.
 type Metrics struct {
+	reg          prometheus.Registerer
 	execDuration *prometheus.HistogramVec
 	execs        *prometheus.CounterVec
 	outputBytes  *prometheus.CounterVec
@@ -17,6 +18,7 @@ type Metrics struct {
 // NewMetrics creates the metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
+		reg: reg,
 		execDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "airlock_gateway_exec_duration_seconds",
 			Help:    "Wall time of commands run through the gateway, by outcome.",
@@ -41,4 +43,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// Register adds another collector (e.g. UsageCollector) to the gateway's registry.
+func (m *Metrics) Register(c prometheus.Collector) error {
+	if err := m.reg.Register(c); err != nil {
+		return fmt.Errorf("registering collector: %w", err)
+	}
+	return nil
 }

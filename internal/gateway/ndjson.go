@@ -83,4 +83,3 @@ func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, xr exec.Requ
 	}
 	return res, err
 }
-

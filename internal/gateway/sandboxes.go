@@ -276,4 +276,3 @@ func (s *Server) extendTimeout(w http.ResponseWriter, r *http.Request, p auth.Pr
 	}
 	writeJSON(w, http.StatusOK, viewOf(sb, time.Now()))
 }
-

@@ -25,7 +25,6 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, key string) (auth.Principal, error)
 }
 
-
 // Options configure a Server. Client, Engine and Auth are required.
 type Options struct {
 	// Client writes and reads Sandboxes and SandboxTemplates (scheme must include airlock's API).
@@ -133,7 +132,9 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	authed := func(h func(http.ResponseWriter, *http.Request, auth.Principal)) http.Handler { return s.authenticate(h) }
+	authed := func(h func(http.ResponseWriter, *http.Request, auth.Principal)) http.Handler {
+		return s.authenticate(h)
+	}
 	mux.Handle("POST /v1/sandboxes", authed(s.createSandbox))
 	mux.Handle("GET /v1/sandboxes", authed(s.listSandboxes))
 	mux.Handle("GET /v1/sandboxes/{id}", authed(s.getSandbox))

@@ -1,0 +1,201 @@
+// Command gateway serves Airlock's HTTP API for agents (docs/gateway.md): sandboxes, commands and files, with
+// bearer API keys per tenant. It talks to the Kubernetes API with its own ServiceAccount (config/gateway).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/gateway"
+	"airlock.dev/airlock/internal/gateway/auth"
+)
+
+type flags struct {
+	listen, keyNamespace, defaultTemplate, protocol string
+	readyTimeout, maxExecTimeout, shutdownGrace     time.Duration
+	maxBody, maxFile, defaultOutput                 int64
+	createRate                                      float64
+	createBurst, maxExecs                           int
+	logCommands, devLogs                            bool
+}
+
+func parseFlags() flags {
+	var f flags
+	fs := flag.CommandLine
+	fs.StringVar(&f.listen, "listen", ":8080", "address to serve the API, /metrics and /healthz on")
+	fs.StringVar(&f.keyNamespace, "key-namespace", envOr("POD_NAMESPACE", "airlock-system"), "namespace of the API key Secrets (the gateway's own; default $POD_NAMESPACE)")
+	fs.StringVar(&f.defaultTemplate, "default-template", "python-node", "SandboxTemplate used when a create request names none (it must exist in each tenant namespace)")
+	fs.StringVar(&f.protocol, "exec-protocol", "auto", "pods/exec transport: auto (WebSocket, falling back to SPDY), spdy or websocket")
+	fs.DurationVar(&f.readyTimeout, "ready-timeout", 60*time.Second, "how long POST /v1/sandboxes waits for Ready before answering with status pending")
+	fs.DurationVar(&f.maxExecTimeout, "max-exec-timeout", time.Hour, "largest timeout_ms a command may ask for")
+	fs.Int64Var(&f.maxBody, "max-body-bytes", 1<<20, "largest JSON request body (exec stdin included); larger is 413")
+	fs.Int64Var(&f.maxFile, "max-file-bytes", 16<<20, "largest file upload or download; larger is 413")
+	fs.Int64Var(&f.defaultOutput, "default-output-bytes", exec.DefaultKeepBytes, "per-stream output kept inline when neither the request nor the template (outputLimitBytes) sets it")
+	fs.Float64Var(&f.createRate, "create-rate", 1, "sandbox creations per second per API key (token bucket refill; negative disables)")
+	fs.IntVar(&f.createBurst, "create-burst", 10, "token bucket size for sandbox creations per API key")
+	fs.IntVar(&f.maxExecs, "max-concurrent-execs", 20, "commands and file transfers in flight per tenant; more is 429 (negative disables)")
+	fs.BoolVar(&f.logCommands, "log-commands", false, "log each command's argv or shell string (off: commands may carry secrets)")
+	fs.BoolVar(&f.devLogs, "dev-logs", false, "human-readable logs instead of JSON")
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running requests may finish")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: gateway [flags]\n\nAirlock's HTTP API for agents (see docs/gateway.md). Flags:\n\n")
+		fs.PrintDefaults()
+	}
+	flag.Parse()
+	return f
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	f := parseFlags()
+	log := zap.New(zap.UseDevMode(f.devLogs))
+	if err := run(f, log); err != nil {
+		log.Error(err, "gateway failed")
+		os.Exit(1)
+	}
+}
+
+func run(f flags, log logr.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubernetes config: %w", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "airlock-gateway"
+	h, err := build(ctx, cfg, f, log)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: f.listen, Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("serving", "listen", f.listen, "keyNamespace", f.keyNamespace, "defaultTemplate", f.defaultTemplate)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("listen %s: %w", f.listen, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// build wires clients, caches, the key store, the exec engine and audit events into the handler.
+func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (http.Handler, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := airlockv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("clientset: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	// Sandboxes and templates cached cluster-wide: exec and files read them on every call.
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
+		&airlockv1.Sandbox{}: {}, &airlockv1.SandboxTemplate{}: {},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	inf, err := ca.GetInformer(ctx, &airlockv1.Sandbox{})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox informer: %w", err)
+	}
+	if _, err := ca.GetInformer(ctx, &airlockv1.SandboxTemplate{}); err != nil {
+		return nil, fmt.Errorf("template informer: %w", err)
+	}
+	usage := gateway.NewUsageCollector(func() []airlockv1.Sandbox {
+		var l airlockv1.SandboxList
+		if err := ca.List(context.Background(), &l); err != nil {
+			log.Error(err, "listing sandboxes for metrics")
+		}
+		return l.Items
+	})
+	if _, err := inf.AddEventHandler(usage.EventHandler()); err != nil {
+		return nil, fmt.Errorf("sandbox informer: %w", err)
+	}
+	go func() {
+		if err := ca.Start(ctx); err != nil {
+			log.Error(err, "cache stopped")
+		}
+	}()
+	keys := auth.NewStore(cs, f.keyNamespace)
+	if err := keys.Run(ctx); err != nil {
+		return nil, err
+	}
+	if !ca.WaitForCacheSync(ctx) {
+		return nil, errors.New("sandbox cache did not sync")
+	}
+
+	engine, err := exec.New(cfg, exec.Options{
+		Protocol: exec.Protocol(f.protocol),
+		OOMChecker: exec.PodOOMChecker(func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+			return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		}),
+		Logger: log.WithName("exec"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("exec engine: %w", err)
+	}
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	srv, err := gateway.New(gateway.Options{
+		Client: c, Reader: ca, Engine: engine, Auth: keys,
+		Audit:  b.NewRecorder(scheme, "airlock-gateway"),
+		Logger: log.WithName("gateway"),
+
+		DefaultTemplate: f.defaultTemplate, ReadyTimeout: f.readyTimeout, MaxExecTimeout: f.maxExecTimeout,
+		DefaultOutputBytes: f.defaultOutput, MaxBodyBytes: f.maxBody, MaxFileBytes: f.maxFile,
+		CreateRate: f.createRate, CreateBurst: f.createBurst, MaxExecsPerTenant: f.maxExecs,
+		LogCommands: f.logCommands,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Metrics().Register(usage); err != nil {
+		return nil, err
+	}
+	return srv.Handler(), nil
+}

@@ -1,0 +1,144 @@
+// Package admin does what `airlock keys` and `airlock tenant` do: create tenants (namespaces with a sandbox
+// quota) and create, list and revoke their API keys. Tests use it too.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/gateway/auth"
+)
+
+const (
+	// LabelTenant marks a namespace as a gateway tenant.
+	LabelTenant = "sandbox.airlock.dev/tenant"
+	// QuotaName is the tenant's ResourceQuota.
+	QuotaName = "airlock-sandboxes"
+	// QuotaResource is the object-count quota on Sandboxes. The API server's quota admission checks and
+	// increments it atomically, so racing creates can never exceed it.
+	QuotaResource corev1.ResourceName = "count/sandboxes.sandbox.airlock.dev"
+)
+
+// TenantOptions configure CreateTenant.
+type TenantOptions struct {
+	MaxSandboxes int64
+	// TemplatesFrom, if set, is a namespace whose SandboxTemplates are copied into the tenant (templates are
+	// namespaced, and the gateway's default template must exist in each tenant).
+	TemplatesFrom string
+}
+
+// CreateTenant creates (or updates) the tenant's namespace with the restricted Pod Security Standard
+// enforced, audited and warned, and its sandbox quota.
+func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOptions) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("tenant name %q: %s", name, errs[0])
+	}
+	if o.MaxSandboxes < 0 {
+		return errors.New("max sandboxes must not be negative")
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := createOrUpdate(ctx, c, ns, func() {
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		ns.Labels[LabelTenant] = "true"
+		for _, mode := range []string{"enforce", "audit", "warn"} {
+			ns.Labels["pod-security.kubernetes.io/"+mode] = "restricted"
+		}
+	}); err != nil {
+		return fmt.Errorf("namespace %s: %w", name, err)
+	}
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: QuotaName, Namespace: name}}
+	if _, err := createOrUpdate(ctx, c, q, func() {
+		q.Spec.Hard = corev1.ResourceList{QuotaResource: *resource.NewQuantity(o.MaxSandboxes, resource.DecimalSI)}
+	}); err != nil {
+		return fmt.Errorf("quota in %s: %w", name, err)
+	}
+	if o.TemplatesFrom != "" {
+		var list airlockv1.SandboxTemplateList
+		if err := c.List(ctx, &list, client.InNamespace(o.TemplatesFrom)); err != nil {
+			return fmt.Errorf("templates in %s: %w", o.TemplatesFrom, err)
+		}
+		for _, t := range list.Items {
+			cp := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: t.Name, Namespace: name}}
+			if _, err := createOrUpdate(ctx, c, cp, func() { cp.Spec = t.Spec }); err != nil {
+				return fmt.Errorf("template %s: %w", t.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// createOrUpdate gets obj, applies mutate and creates or updates it.
+func createOrUpdate(ctx context.Context, c client.Client, obj client.Object, mutate func()) (created bool, err error) {
+	err = c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		mutate()
+		return true, c.Create(ctx, obj)
+	case err != nil:
+		return false, err
+	}
+	mutate()
+	return false, c.Update(ctx, obj)
+}
+
+// CreateKey stores a new key for tenant in keyNamespace and returns it: the only time it is ever seen.
+func CreateKey(ctx context.Context, c client.Client, keyNamespace, tenant, name string) (key, id string, err error) {
+	var ns corev1.Namespace
+	if err := c.Get(ctx, types.NamespacedName{Name: tenant}, &ns); err != nil {
+		return "", "", fmt.Errorf("tenant %s: %w (create it with `airlock tenant create %s`)", tenant, err, tenant)
+	}
+	key, id, err = auth.NewKey()
+	if err != nil {
+		return "", "", err
+	}
+	if err := c.Create(ctx, auth.NewSecret(keyNamespace, id, key, tenant, name, time.Now())); err != nil {
+		return "", "", fmt.Errorf("storing key: %w", err)
+	}
+	return key, id, nil
+}
+
+// ListKeys lists the stored keys (metadata only), oldest first.
+func ListKeys(ctx context.Context, c client.Client, keyNamespace string) ([]auth.Key, error) {
+	var list corev1.SecretList
+	if err := c.List(ctx, &list, client.InNamespace(keyNamespace), client.MatchingLabels{auth.LabelAPIKey: "true"}); err != nil {
+		return nil, fmt.Errorf("listing keys: %w", err)
+	}
+	var keys []auth.Key
+	for i := range list.Items {
+		if k, err := auth.KeyFromSecret(&list.Items[i]); err == nil {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Created.Before(keys[j].Created) })
+	return keys, nil
+}
+
+// RevokeKey marks the key revoked (keeping its record) or, with remove, deletes its Secret.
+func RevokeKey(ctx context.Context, c client.Client, keyNamespace, id string, remove bool) error {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: auth.SecretName(id), Namespace: keyNamespace}}
+	if remove {
+		if err := c.Delete(ctx, s); err != nil {
+			return fmt.Errorf("deleting key %s: %w", id, err)
+		}
+		return nil
+	}
+	patch := []byte(`{"data":{"` + auth.DataRevoked + `":"dHJ1ZQ=="}}`) // base64("true")
+	if err := c.Patch(ctx, s, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("revoking key %s: %w", id, err)
+	}
+	return nil
+}
