@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
 	"airlock.dev/airlock/internal/testutil/execserver"
@@ -24,8 +24,7 @@ var wrapperBin string
 func TestMain(m *testing.M) {
 	// The streaming servers log every closed connection; that is the tests'
 	// normal business, not news.
-	klog.LogToStderr(false)
-	klog.SetOutput(io.Discard)
+	klog.SetLogger(logr.Discard())
 	dir, err := os.MkdirTemp("", "exec-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
