@@ -77,6 +77,17 @@ func TestCwdAndEnv(t *testing.T) {
 	}
 }
 
+// The wrapper's own descriptors (lifeline, ready pipe) must not leak into
+// the command.
+func TestNoLeakedDescriptors(t *testing.T) {
+	r := runWrapper(t, nil, "--", "sh", "-c", "ls /proc/$$/fd")
+	for _, fd := range strings.Fields(r.stdout) {
+		if fd == "3" || fd == "4" {
+			t.Fatalf("descriptor %s leaked into the command: %q", fd, r.stdout)
+		}
+	}
+}
+
 func TestStartFailures(t *testing.T) {
 	r := runWrapper(t, nil, "--", "no-such-program-airlock")
 	if r.trailer.ExitCode != 127 || !strings.Contains(r.trailer.StartError, "no-such-program-airlock") || !strings.Contains(r.stderr, "no-such-program-airlock") {

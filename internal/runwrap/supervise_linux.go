@@ -42,6 +42,9 @@ type supervisor struct {
 func supervise() int {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	_ = os.Unsetenv(roleEnv) // the command must not inherit it
+	// Inherited without close-on-exec; the command must not see them.
+	syscall.CloseOnExec(fdLifeline)
+	syscall.CloseOnExec(fdReady)
 	life := os.NewFile(fdLifeline, "lifeline")
 	ready := os.NewFile(fdReady, "ready")
 	var cfg Config
