@@ -295,3 +295,17 @@ func (g *gw) readySandbox(tb testing.TB, ns, workDir string) string {
 }
 
 func parseKeyID(key string) (string, error) { return auth.ParseKey(key) }
+
+func (g *gw) setPhase(tb testing.TB, ns, id string, phase airlockv1.SandboxPhase) {
+	tb.Helper()
+	var sb airlockv1.Sandbox
+	if err := g.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: id}, &sb); err != nil {
+		tb.Fatal(err)
+	}
+	sb.Status.Phase = phase
+	sb.Status.Conditions[0].Status = metav1.ConditionFalse
+	sb.Status.Conditions[0].Reason = "PodStarting"
+	if err := g.c.Status().Update(context.Background(), &sb); err != nil {
+		tb.Fatal(err)
+	}
+}
