@@ -95,7 +95,7 @@ func (c *collector) emitChunk(s *streamState, raw []byte) {
 	text, _ := escapeUTF8(nil, raw)
 	off := s.offset
 	s.offset += int64(len(raw))
-	if err := c.emit(Chunk{Stream: s.name, Data: string(text), Offset: off}); err != nil {
+	if err := c.emit(Chunk{Stream: s.name, Data: string(text), Offset: off, Raw: raw}); err != nil {
 		c.err = err
 		c.onErr()
 	}

@@ -156,7 +156,7 @@ func TestEngineForgedTrailerIsData(t *testing.T) {
 
 func TestEngineStreamChunks(t *testing.T) {
 	env := newEnv(t, ProtocolAuto, nil)
-	var out, errs strings.Builder
+	var out, errs, errRaw strings.Builder
 	var next int64
 	res, err := env.eng.Stream(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: `seq 1 50000; printf 'é\377' >&2`, KeepBytes: 512},
 		func(c Chunk) error {
@@ -165,6 +165,7 @@ func TestEngineStreamChunks(t *testing.T) {
 			}
 			if c.Stream == "stderr" {
 				errs.WriteString(c.Data)
+				errRaw.Write(c.Raw)
 				return nil
 			}
 			if c.Offset != next { // stdout is ASCII: raw offsets match text
@@ -178,7 +179,7 @@ func TestEngineStreamChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	full, _ := os.ReadFile(res.Truncation.Stdout.FullOutputPath)
-	if out.String() != string(full) || errs.String() != `é\xff` || !res.Truncated {
+	if out.String() != string(full) || errs.String() != `é\xff` || errRaw.String() != "é\xff" || !res.Truncated {
 		t.Fatalf("streamed %d bytes vs %d in file; stderr %q", out.Len(), len(full), errs.String())
 	}
 }

@@ -86,4 +86,8 @@ type Chunk struct {
 	Stream string `json:"stream"` // "stdout" or "stderr"
 	Data   string `json:"data"`
 	Offset int64  `json:"offset"`
+	// Raw is the exact bytes Data was made from (Raw of successive chunks
+	// concatenate to the stream), for binary-safe consumers. It is only
+	// valid during the callback.
+	Raw []byte `json:"-"`
 }
