@@ -83,45 +83,6 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 	})
 }
 
-// methodNotAllowedAsJSON rewrites the mux's plain-text 405 into the error envelope.
-func methodNotAllowedAsJSON(mux *http.ServeMux) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mux.ServeHTTP(&jsonErrorWriter{ResponseWriter: w}, r)
-	})
-}
-
-// jsonErrorWriter replaces the mux's text 405 body.
-type jsonErrorWriter struct {
-	http.ResponseWriter
-	swallow bool
-}
-
-func (w *jsonErrorWriter) WriteHeader(code int) {
-	if code == http.StatusMethodNotAllowed && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
-		w.swallow = true
-		w.Header().Set("Content-Type", "application/json")
-		w.ResponseWriter.WriteHeader(code)
-		_, _ = w.ResponseWriter.Write([]byte(`{"error":{"code":"` + CodeMethodNotAllowed + `","message":"method not allowed; see the Allow header"}}` + "\n"))
-		return
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *jsonErrorWriter) Write(b []byte) (int, error) {
-	if w.swallow {
-		return len(b), nil
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *jsonErrorWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *jsonErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 // authenticate checks the bearer key and passes the tenant to h.
 func (s *Server) authenticate(h func(http.ResponseWriter, *http.Request, auth.Principal)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
