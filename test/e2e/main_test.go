@@ -86,6 +86,11 @@ func setup(m *testing.M) (int, error) {
 		return 1, err
 	}
 	defer mgr.stop()
+	defer func() {
+		if gw != nil {
+			gw.stop()
+		}
+	}()
 	return m.Run(), nil
 }
 

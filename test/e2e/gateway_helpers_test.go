@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/gateway/admin"
+)
+
+var gatewayBin = os.Getenv("AIRLOCK_E2E_GATEWAY")
+
+const keyNamespace = "airlock-e2e-keys"
+
+// gatewayProc is the gateway binary run out of cluster, listening on loopback; the test stops it by the PID it
+// started.
+type gatewayProc struct {
+	cmd  *exec.Cmd
+	base string
+}
+
+var (
+	gwOnce sync.Once
+	gw     *gatewayProc
+	gwErr  error
+)
+
+// gateway starts the shared gateway once for the run. Creation is not rate limited here so that the quota
+// test can race 50 creates.
+func gateway(t *testing.T) *gatewayProc {
+	t.Helper()
+	gwOnce.Do(func() {
+		if gatewayBin == "" {
+			gwErr = fmt.Errorf("AIRLOCK_E2E_GATEWAY is not set: run 'make test-e2e'")
+			return
+		}
+		ctx := context.Background()
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: keyNamespace}}
+		if err := k8s.Create(ctx, ns); err != nil && !strings.Contains(err.Error(), "already exists") {
+			gwErr = err
+			return
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			gwErr = err
+			return
+		}
+		addr := l.Addr().String()
+		l.Close()
+		logf, err := os.Create(filepath.Join(os.TempDir(), fmt.Sprintf("airlock-e2e-gateway-%d.log", os.Getpid())))
+		if err != nil {
+			gwErr = err
+			return
+		}
+		cmd := exec.Command(gatewayBin, "--kubeconfig", kubeconfig, "--listen", addr, "--key-namespace", keyNamespace,
+			"--default-template", "python-node", "--create-rate=-1", "--max-concurrent-execs=20")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if gwErr = cmd.Start(); gwErr != nil {
+			return
+		}
+		gw = &gatewayProc{cmd: cmd, base: "http://" + addr}
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if resp, err := http.Get(gw.base + "/healthz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		gwErr = fmt.Errorf("gateway not healthy after 30s")
+	})
+	if gwErr != nil {
+		t.Fatalf("gateway: %v", gwErr)
+	}
+	return gw
+}
+
+func (g *gatewayProc) stop() {
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = g.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(40 * time.Second):
+		_ = g.cmd.Process.Kill()
+	}
+}
+
+// rss returns the gateway's current and peak resident memory from /proc.
+func (g *gatewayProc) rss(t *testing.T) (now, peak int64) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
+	if err != nil {
+		t.Fatalf("reading gateway status: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			now = kb << 10
+		case "VmHWM:":
+			peak = kb << 10
+		}
+	}
+	return now, peak
+}
+
+// tenant creates a gateway tenant (restricted namespace + sandbox quota) with the python-node template and an
+// API key for it.
+func gatewayTenant(t *testing.T, maxSandboxes int64) (ns, key string) {
+	t.Helper()
+	ctx := context.Background()
+	ns = fmt.Sprintf("gw-%d", time.Now().UnixNano()%1_000_000_000)
+	if err := admin.CreateTenant(ctx, k8s, ns, admin.TenantOptions{MaxSandboxes: maxSandboxes}); err != nil {
+		t.Fatalf("creating tenant: %v", err)
+	}
+	t.Cleanup(func() { deleteNamespace(t, ns) })
+	tpl := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "python-node"},
+		Spec: airlockv1.SandboxTemplateSpec{Image: sandboxImage, RuntimeClassName: "gvisor"}}
+	if err := k8s.Create(ctx, tpl); err != nil {
+		t.Fatalf("creating template: %v", err)
+	}
+	key, _, err := admin.CreateKey(ctx, k8s, keyNamespace, ns, "e2e")
+	if err != nil {
+		t.Fatalf("creating key: %v", err)
+	}
+	return ns, key
+}
+
+// call sends a JSON request to the gateway and decodes the JSON answer into a map.
+func (g *gatewayProc) call(t *testing.T, key, method, path string, body any) (int, map[string]any) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	status, raw := g.raw(t, key, method, path, "application/json", r)
+	out := map[string]any{}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("%s %s: status %d, body is not JSON: %v: %.300s", method, path, status, err, raw)
+		}
+	}
+	return status, out
+}
+
+func (g *gatewayProc) raw(t *testing.T, key, method, path, contentType string, body io.Reader) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, g.base+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", contentType)
+	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading body: %v", method, path, err)
+	}
+	return resp.StatusCode, raw
+}
+
+// execCmd runs a shell command through the gateway and returns the decoded result; it fails on a non-200.
+func (g *gatewayProc) execCmd(t *testing.T, key, id, command string, timeoutMS int) map[string]any {
+	t.Helper()
+	status, res := g.call(t, key, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"command": command, "timeout_ms": timeoutMS})
+	if status != http.StatusOK {
+		t.Fatalf("exec %q: status %d: %v", command, status, res)
+	}
+	return res
+}
