@@ -155,7 +155,6 @@ func (s *supervisor) supervise(cmd *exec.Cmd, wg *sync.WaitGroup, outR, errR *os
 			go func() { killTree(me, pgid, s.cfg.Grace); close(killed) }()
 		})
 	}
-	var err error
 loop:
 	for {
 		select {
@@ -164,12 +163,12 @@ loop:
 			startKill()
 		case <-s.killReq:
 			startKill()
-		case err = <-waitErr:
+		case <-waitErr:
 			break loop
 		}
 	}
 	t := Trailer{OOMKills: -1}
-	t.ExitCode, t.Signal = exitStatus(cmd.ProcessState, err)
+	t.ExitCode, t.Signal = exitStatus(cmd.ProcessState)
 
 	drain := drainTimeout
 	s.killOnce.Do(func() {
@@ -259,15 +258,15 @@ func (s *supervisor) note(file *os.File, msg string) {
 	_ = s.stderr.write([]byte(msg), s.cfg.StallTimeout)
 }
 
-// exitStatus maps a finished command to (exit code, signal name).
-func exitStatus(ps *os.ProcessState, err error) (int, string) {
+// exitStatus maps a finished command to (exit code, signal name); a
+// non-zero exit is in ps, not in Wait's error.
+func exitStatus(ps *os.ProcessState) (int, string) {
 	if ps == nil {
 		return -1, ""
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return -1, signalName(ws.Signal())
 	}
-	_ = err // a non-zero exit is reported through ps
 	return ps.ExitCode(), ""
 }
 
