@@ -79,7 +79,7 @@ func TestEngineTimeoutKillsProcessGroup(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(string(p), func(t *testing.T) {
 			env := newEnv(t, p, nil)
-			a, b := uniqueSleep(), uniqueSleep()
+			a, b := uniqueSleep(t), uniqueSleep(t)
 			start := time.Now()
 			res := env.run(t, Request{Shell: "echo started; sleep " + a + " & sleep " + b, Timeout: time.Second})
 			if res.Outcome != OutcomeTimeout || res.Stdout != "started\n" {

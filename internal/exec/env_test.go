@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,9 +85,16 @@ func (e *testEnv) run(t testing.TB, req Request) *Result {
 	return res
 }
 
-// uniqueSleep returns a sleep argument no other process uses.
-func uniqueSleep() string {
-	return fmt.Sprintf("%d.%06d", 900+rand.IntN(99), rand.IntN(1000000))
+// uniqueSleep returns a sleep argument no other process uses; such sleeps
+// are killed when the test ends, whatever its outcome.
+func uniqueSleep(t testing.TB) string {
+	s := fmt.Sprintf("%d.%06d", 900+rand.IntN(99), rand.IntN(1000000))
+	t.Cleanup(func() {
+		for _, pid := range sleepers(s) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return s
 }
 
 // sleepers lists live `sleep arg` processes.

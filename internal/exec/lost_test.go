@@ -40,7 +40,7 @@ func TestEngineStreamLossKillsTree(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(string(p), func(t *testing.T) {
 			env := newEnv(t, p, nil)
-			s := uniqueSleep()
+			s := uniqueSleep(t)
 			res, err := env.eng.Stream(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: "echo started; setsid sleep " + s + " & sleep " + s},
 				func(c Chunk) error {
 					if strings.Contains(c.Data, "started") {
@@ -66,7 +66,7 @@ func TestEngineStreamLossKillsTree(t *testing.T) {
 // pipe closed): the wrapper's next write fails and it kills the tree.
 func TestEngineStreamLossBrokenPipeKillsTree(t *testing.T) {
 	env := newEnv(t, ProtocolSPDY, nil)
-	s := uniqueSleep()
+	s := uniqueSleep(t)
 	res, err := env.eng.Stream(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: "sleep " + s + " & while :; do echo tick; sleep 0.05; done"},
 		func(c Chunk) error {
 			if c.Offset == 0 {
@@ -106,7 +106,7 @@ func TestEngineClientDeadline(t *testing.T) {
 // The caller's own context ending is an error with the partial result.
 func TestEngineCallerCancel(t *testing.T) {
 	env := newEnv(t, ProtocolAuto, nil)
-	s := uniqueSleep()
+	s := uniqueSleep(t)
 	ctx, cancel := contextWithCancel(t)
 	res, err := env.eng.Stream(ctx, Request{Namespace: "ns", Pod: "p", Shell: "echo go; sleep " + s}, func(c Chunk) error {
 		cancel()

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -94,9 +95,16 @@ func splitTrailer(t *testing.T, s string) (string, *Trailer) {
 }
 
 // uniqueSleep returns a sleep argument no other process uses, so /proc can be
-// searched for it.
-func uniqueSleep() string {
-	return fmt.Sprintf("%d.%06d", 900+rand.IntN(99), rand.IntN(1000000))
+// searched for it. Whatever the test's outcome, such sleeps are killed at the
+// end.
+func uniqueSleep(t *testing.T) string {
+	s := fmt.Sprintf("%d.%06d", 900+rand.IntN(99), rand.IntN(1000000))
+	t.Cleanup(func() {
+		for _, pid := range procsWith(s) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return s
 }
 
 // procsWith lists live (non-zombie) `sleep s` processes.

@@ -5,13 +5,12 @@ import (
 	"io"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
 
 func TestTimeoutKillsWholeTree(t *testing.T) {
-	a, b, c := uniqueSleep(), uniqueSleep(), uniqueSleep()
+	a, b, c := uniqueSleep(t), uniqueSleep(t), uniqueSleep(t)
 	// A background child, one that escapes the group with setsid, and the
 	// foreground one.
 	r := runWrapper(t, nil, "--timeout", "500ms", "--grace", "300ms", "--shell",
@@ -28,7 +27,7 @@ func TestTimeoutKillsWholeTree(t *testing.T) {
 }
 
 func TestTimeoutEscalatesToSIGKILL(t *testing.T) {
-	s := uniqueSleep()
+	s := uniqueSleep(t)
 	r := runWrapper(t, nil, "--timeout", "300ms", "--grace", "300ms", "--shell",
 		"trap '' TERM; sleep "+s+"; echo survived")
 	if !r.trailer.TimedOut || r.stdout != "" {
@@ -38,7 +37,7 @@ func TestTimeoutEscalatesToSIGKILL(t *testing.T) {
 }
 
 func TestLeftoversKilledAfterExit(t *testing.T) {
-	s := uniqueSleep()
+	s := uniqueSleep(t)
 	r := runWrapper(t, nil, "--shell", "(setsid sleep "+s+" >/dev/null 2>&1 &); echo started")
 	if r.trailer.ExitCode != 0 || r.trailer.LeftoversKilled < 1 || r.stdout != "started\n" {
 		t.Fatalf("%+v %q", r.trailer, r.stdout)
@@ -47,24 +46,22 @@ func TestLeftoversKilledAfterExit(t *testing.T) {
 }
 
 func TestKeepLeftovers(t *testing.T) {
-	s := uniqueSleep()
+	s := uniqueSleep(t)
 	r := runWrapper(t, nil, "--keep-leftovers", "--shell", "(setsid sleep "+s+" >/dev/null 2>&1 &); echo started")
 	if r.trailer.ExitCode != 0 || r.trailer.LeftoversKilled != 0 || r.elapsed > 3*time.Second {
 		t.Fatalf("%+v in %v", r.trailer, r.elapsed)
 	}
 	waitPresent(t, s, 1) // it may still be exec'ing
 	time.Sleep(100 * time.Millisecond)
-	pids := procsWith(s)
-	if len(pids) != 1 {
+	if pids := procsWith(s); len(pids) != 1 {
 		t.Fatalf("kept process missing: %v", pids)
 	}
-	_ = syscall.Kill(pids[0], syscall.SIGKILL)
 }
 
 // The runtime SIGKILLs the exec'd process when the client goes away: the
 // supervisor must notice through the lifeline and kill the tree.
 func TestFrontKilledKillsTree(t *testing.T) {
-	s := uniqueSleep()
+	s := uniqueSleep(t)
 	cmd := wrapperCmd(t, "--shell", "sleep "+s+" & setsid sleep "+s)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
@@ -78,7 +75,7 @@ func TestFrontKilledKillsTree(t *testing.T) {
 
 // A reader that goes away (EPIPE) must end the command.
 func TestBrokenStdoutKillsTree(t *testing.T) {
-	s := uniqueSleep()
+	s := uniqueSleep(t)
 	cmd := wrapperCmd(t, "--shell", "sleep "+s+" & yes")
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -107,7 +104,7 @@ func TestBrokenStdoutKillsTree(t *testing.T) {
 // A stream nobody reads any more (writes block) counts as lost after the
 // stall timeout.
 func TestStalledStdoutKillsTree(t *testing.T) {
-	s := uniqueSleep()
+	s := uniqueSleep(t)
 	cmd := wrapperCmd(t, "--stall-timeout", "300ms", "--shell", "sleep "+s+" & yes")
 	pr, pw, err := os.Pipe()
 	if err != nil {

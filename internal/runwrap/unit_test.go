@@ -112,7 +112,7 @@ func TestParseOOMKill(t *testing.T) {
 }
 
 func TestLiveDescendantsSeesOwnChild(t *testing.T) {
-	s := uniqueSleep()
+	s := uniqueSleep(t)
 	cmd := wrapperCmd(t, "--", "sleep", s)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
