@@ -100,3 +100,72 @@ cluster-status: ## Daemons, node and pods of the local cluster.
 .PHONY: images
 images: ## Build the pause and sandbox images and import them into the running local cluster.
 	hack/images.sh all
+
+##@ Images and deploy
+
+# Image names come from one place: IMAGE_REPO and VERSION here, linked into the binaries (internal/version), so
+# the manager's default --init-image always names the init image built alongside it.
+IMAGE_REPO ?= localhost/airlock
+IMAGES_DIR := $(LOCALBIN)/images
+IMAGE_LDFLAGS := -s -w -X airlock.dev/airlock/internal/version.Version=$(VERSION) -X airlock.dev/airlock/internal/version.ImageRepository=$(IMAGE_REPO)
+HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
+# What helm's own Makefile links in: without it `helm template` assumes Kubernetes v1.20 and `helm version`
+# is vague. The Kubernetes minor is ours (K8S_VERSION).
+HELM_K8S := helm.sh/helm/v3/pkg/chartutil.k8sVersion helm.sh/helm/v3/pkg/lint/rules.k8sVersion
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	$(foreach v,$(HELM_K8S),-X $(v)Major=1 -X $(v)Minor=$(word 2,$(subst ., ,$(K8S_VERSION))))
+KUBECTL ?= $(K8S_BIN_DIR)/kubectl
+CHART_DIR := charts/airlock
+# The gateway image is built once cmd/gateway exists.
+AIRLOCK_IMAGES := manager init $(if $(wildcard cmd/gateway/main.go),gateway)
+# Import into the local cluster's containerd only while it runs; otherwise just write the tarballs.
+CLUSTER_CONTAINERD_SOCK := $(or $(AIRLOCK_CLUSTER_RUN_DIR),/run/airlock-cluster)/containerd/containerd.sock
+IMAGE_IMPORT_ENV = $(if $(wildcard $(CLUSTER_CONTAINERD_SOCK)),,AIRLOCK_IMAGES_NO_IMPORT=1)
+
+# image NAME, cmd directory, binary name: static build, then one image named $(IMAGE_REPO)/NAME:$(VERSION).
+define airlock_image
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGES_DIR)/bin/$(3) ./cmd/$(2)
+	$(IMAGE_IMPORT_ENV) AIRLOCK_IMAGE_OUT=$(IMAGES_DIR)/$(1)-$(VERSION).tar hack/images.sh binary $(IMAGE_REPO)/$(1):$(VERSION) $(IMAGES_DIR)/bin/$(3)
+endef
+
+# `make images` (Cluster section) also builds Airlock's own images first.
+images: images-airlock
+
+.PHONY: images-airlock image-manager image-gateway image-init
+images-airlock: $(addprefix image-,$(AIRLOCK_IMAGES)) ## Build manager, gateway and init images into bin/images/ (imported when the local cluster runs).
+image-manager:
+	$(call airlock_image,manager,manager,manager)
+image-init:
+	$(call airlock_image,init,airlock-init,airlock-init)
+image-gateway:
+	@test -f cmd/gateway/main.go || { echo "cmd/gateway does not exist yet"; exit 1; }
+	$(call airlock_image,gateway,gateway,gateway)
+
+.PHONY: chart-sync
+chart-sync: ## Copy the generated CRDs and manager RBAC rules from config/ into the Helm chart.
+	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
+	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
+
+.PHONY: test-chart
+test-chart: $(HELM) ## Helm lint, render the chart with the main switches, and run its Go tests (test/chart).
+	$(HELM) lint --strict $(CHART_DIR)
+	$(HELM) lint --strict $(CHART_DIR) --set tenants[0].name=team-a --set serviceMonitor.enabled=true
+	@for set in "" "runtimeClasses.kata.enabled=true,runtimeClasses.gvisor.enabled=false" "tenants[0].name=team-a,tenants[1].name=team-b" \
+		"gateway.replicas=3" "serviceMonitor.enabled=true" "networkPolicy.enabled=false" "gateway.enabled=false"; do \
+		echo "helm template --set '$$set'"; $(HELM) template airlock $(CHART_DIR) -n airlock-system --include-crds $${set:+--set "$$set"} >/dev/null; done
+	AIRLOCK_HELM=$(HELM) go test $(GO_TEST_FLAGS) ./test/chart/... -count=1
+
+.PHONY: deploy
+deploy: ## Install CRDs, RBAC, manager and gateway with kustomize (kubectl apply -k config/default).
+	$(KUBECTL) apply --server-side -k config/default
+
+.PHONY: undeploy
+undeploy: ## Remove what `make deploy` installed (CRDs too: every Sandbox is deleted first).
+	@# Sandboxes carry the manager's finalizer: delete them while the manager still runs, or the CRD hangs.
+	$(KUBECTL) delete sandboxes.sandbox.airlock.dev --all --all-namespaces --ignore-not-found --timeout=2m || true
+	$(KUBECTL) delete --ignore-not-found -k config/default
+
+$(HELM):
+	@mkdir -p $(TOOLS_DIR)
+	GOBIN=$(TOOLS_DIR) go install -ldflags "$(HELM_LDFLAGS)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv -f $(TOOLS_DIR)/helm $@

@@ -4,6 +4,7 @@
 #   hack/images.sh sandbox [RECIPE_DIR]  a Debian sandbox image from a recipe (default hack/images/sandbox-python)
 #   hack/images.sh binary NAME:TAG /path/to/static-binary [ENTRYPOINT ARGS...]
 #                                        one static binary in a minimal non-root (65532) image
+#                                        (AIRLOCK_IMAGE_OUT=FILE: also copy its tarball and .digest to FILE)
 #   hack/images.sh all                   pause + sandbox
 #   hack/images.sh ref pause|sandbox     print the image reference the cluster uses
 # Images are cached as OCI tarballs under ${AIRLOCK_CACHE}/images/<name>/<recipe hash>/image.tar and imported
@@ -109,6 +110,10 @@ build_binary() {
 		new_work_dir; local work="${WORK}"
 		pack_binary "${work}/oci" "${tag}" "${bin}" "$(basename "${bin}")" 65532 "${name}" "Airlock ${name##*/}" -- "$@"
 		mkdir -p "$(dirname "${out}")" && finish_layout "${work}/oci" "${tag}" "${out}"
+	fi
+	if [[ -n "${AIRLOCK_IMAGE_OUT:-}" ]]; then
+		mkdir -p "$(dirname "${AIRLOCK_IMAGE_OUT}")"
+		cp -f "${out}" "${AIRLOCK_IMAGE_OUT}" && cp -f "${out}.digest" "${AIRLOCK_IMAGE_OUT}.digest"
 	fi
 	import_tar "${out}" "${name}" "${tag}"
 	echo "${ref}"

@@ -1,0 +1,180 @@
+package chart
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	psapi "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+)
+
+// kustomizeDefault renders config/default with the project-built kubectl (skips if it is not built).
+func kustomizeDefault(t *testing.T) objects {
+	t.Helper()
+	kubectl := os.Getenv("AIRLOCK_KUBECTL")
+	if kubectl == "" {
+		home, _ := os.UserHomeDir()
+		cache := os.Getenv("AIRLOCK_CACHE")
+		if cache == "" {
+			cache = filepath.Join(home, ".cache", "airlock")
+		}
+		k8s := readVar(t, filepath.Join(repoRoot(t), "hack", "versions.env"), "K8S_VERSION=")
+		kubectl = filepath.Join(cache, "k8s", k8s, "kubectl")
+	}
+	if _, err := os.Stat(kubectl); err != nil {
+		t.Skipf("kubectl not built (%s): run `make envtest-assets`", kubectl)
+	}
+	out, err := exec.Command(kubectl, "kustomize", filepath.Join(repoRoot(t), "config", "default")).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize config/default: %v", err)
+	}
+	return parse(t, string(out))
+}
+
+// `make deploy` (kustomize) and `helm install airlock` with default values install the same objects, with the
+// same RBAC; only Helm's own labels differ.
+func TestKustomizeDeploysWhatTheChartDeploys(t *testing.T) {
+	kz := kustomizeDefault(t)
+	out, stderr, err := helmTemplate(t, chartDir(t), "airlock", "--include-crds")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	chart := parse(t, out)
+	for _, u := range chart {
+		key := u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
+		if kz.get(u.GetKind(), u.GetNamespace(), u.GetName()) == nil {
+			if why, ok := chartOnly[key]; ok {
+				t.Logf("chart only: %s (%s)", key, why)
+				continue
+			}
+			t.Errorf("the chart renders %s but config/default does not", key)
+		}
+	}
+	for _, u := range kz {
+		if chart.get(u.GetKind(), u.GetNamespace(), u.GetName()) == nil && u.GetKind() != "Namespace" {
+			t.Errorf("config/default has %s %s/%s but the chart does not render it", u.GetKind(), u.GetNamespace(), u.GetName())
+		}
+	}
+	// Manager: the same generated rules. Gateway: whatever the chart grants (cluster-wide or per tenant),
+	// config/gateway grants too, so the gateway never needs more under Helm than under kustomize.
+	for _, sa := range []string{"airlock-manager", "airlock-gateway"} {
+		kzp, chp := grants(t, kz, sa), grants(t, chart, sa)
+		if sa == "airlock-manager" && !reflect.DeepEqual(kzp, chp) {
+			t.Errorf("manager permissions differ:\n kustomize %v\n chart     %v", keys(kzp), keys(chp))
+		}
+		for p := range chp {
+			if !kzp[p] && !kzp[clusterWide(p)] {
+				t.Errorf("%s: the chart grants %s, config/default does not", sa, p)
+			}
+		}
+	}
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv := psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()}
+	for _, u := range kz.kind("Deployment") {
+		d := into[appsv1.Deployment](t, u)
+		for _, res := range eval.EvaluatePod(lv, &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec) {
+			if !res.Allowed {
+				t.Errorf("config/default %s: restricted PSS: %s: %s", d.Name, res.ForbiddenReason, res.ForbiddenDetail)
+			}
+		}
+		c := into[appsv1.Deployment](t, chart.must(t, "Deployment", d.Namespace, d.Name))
+		kc, hc := d.Spec.Template.Spec.Containers[0], c.Spec.Template.Spec.Containers[0]
+		if kc.Image != hc.Image {
+			t.Errorf("%s image: kustomize %s, chart %s", d.Name, kc.Image, hc.Image)
+		}
+		// Every flag kustomize sets, the chart sets to the same value (the chart spells out more defaults).
+		for _, a := range kc.Args {
+			if !strings.HasPrefix(a, "--") {
+				continue
+			}
+			name, _, _ := strings.Cut(a, "=")
+			found := false
+			for _, b := range hc.Args {
+				if b == a || (name == "--leader-elect" && b == "--leader-elect=true") {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("%s: kustomize sets %s, the chart's args are %v", d.Name, a, hc.Args)
+			}
+		}
+	}
+}
+
+// Objects only the chart renders, and why; anything else missing from config/default fails the test.
+var chartOnly = map[string]string{
+	"SandboxTemplate airlock-system/python-node":         "default templates; kustomize users apply config/samples",
+	"NetworkPolicy airlock-system/airlock-gateway":       "chart value networkPolicy.enabled",
+	"PodDisruptionBudget airlock-system/airlock-gateway": "chart renders it for replicas > 1",
+	"ClusterRole /airlock-gateway-exec":                  "the chart binds pods/exec per tenant namespace",
+}
+
+// grants lists what service account sa (in airlock-system) may do, one "scope|group|resource|verb" per entry;
+// scope is "*" for a ClusterRoleBinding and the namespace for a RoleBinding.
+func grants(t *testing.T, objs objects, sa string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	rules := func(kind, ns, name string) []rbacv1.PolicyRule {
+		u := objs.get(kind, ns, name)
+		if u == nil {
+			t.Errorf("binding for %s refers to missing %s %s/%s", sa, kind, ns, name)
+			return nil
+		}
+		return into[rbacv1.ClusterRole](t, u).Rules
+	}
+	add := func(scope string, rs []rbacv1.PolicyRule) {
+		for _, r := range rs {
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					for _, v := range r.Verbs {
+						out[scope+"|"+g+"|"+res+"|"+v] = true
+					}
+				}
+			}
+		}
+	}
+	bound := func(subjects []rbacv1.Subject) bool {
+		for _, s := range subjects {
+			if s.Kind == "ServiceAccount" && s.Name == sa && s.Namespace == releaseNamespace {
+				return true
+			}
+		}
+		return false
+	}
+	for _, u := range objs.kind("ClusterRoleBinding") {
+		if b := into[rbacv1.ClusterRoleBinding](t, u); bound(b.Subjects) {
+			add("*", rules("ClusterRole", "", b.RoleRef.Name))
+		}
+	}
+	for _, u := range objs.kind("RoleBinding") {
+		if b := into[rbacv1.RoleBinding](t, u); bound(b.Subjects) {
+			ns := ""
+			if b.RoleRef.Kind == "Role" {
+				ns = b.Namespace
+			}
+			add(b.Namespace, rules(b.RoleRef.Kind, ns, b.RoleRef.Name))
+		}
+	}
+	return out
+}
+
+func clusterWide(p string) string { _, rest, _ := strings.Cut(p, "|"); return "*|" + rest }
+
+func keys(m map[string]bool) []string {
+	var k []string
+	for p := range m {
+		k = append(k, p)
+	}
+	sort.Strings(k)
+	return k
+}
