@@ -149,7 +149,7 @@ chart-sync: ## Copy the generated CRDs and manager RBAC rules from config/ into 
 .PHONY: test-chart
 test-chart: $(HELM) ## Helm lint, render the chart with the main switches, and run its Go tests (test/chart).
 	$(HELM) lint --strict $(CHART_DIR)
-	$(HELM) lint --strict $(CHART_DIR) --set tenants[0].name=team-a --set serviceMonitor.enabled=true
+	$(HELM) lint --strict $(CHART_DIR) -f $(CHART_DIR)/ci/local-cluster-values.yaml --set serviceMonitor.enabled=true
 	@for set in "" "runtimeClasses.kata.enabled=true,runtimeClasses.gvisor.enabled=false" "tenants[0].name=team-a,tenants[1].name=team-b" \
 		"gateway.replicas=3" "serviceMonitor.enabled=true" "networkPolicy.enabled=false" "gateway.enabled=false"; do \
 		echo "helm template --set '$$set'"; $(HELM) template airlock $(CHART_DIR) -n airlock-system --include-crds $${set:+--set "$$set"} >/dev/null; done

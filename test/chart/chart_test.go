@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	psapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 
+	"airlock.dev/airlock/internal/gateway/auth"
 	"airlock.dev/airlock/internal/version"
 )
 
@@ -72,6 +74,7 @@ var valueSets = map[string][]string{
 	"no-network-policy": {"--set", "networkPolicy.enabled=false"},
 	"no-gateway":        {"--set", "gateway.enabled=false"},
 	"manager-2-no-le":   {"--set", "manager.replicas=2,manager.leaderElection=false"},
+	"local-cluster":     {"-f", "../../charts/airlock/ci/local-cluster-values.yaml"},
 }
 
 func TestPodsPassRestrictedPodSecurity(t *testing.T) {
@@ -204,6 +207,11 @@ func TestRuntimeClasses(t *testing.T) {
 	}
 	if oh, _, _ := unstructuredString(kata.must(t, "RuntimeClass", "", "kata"), "overhead", "podFixed", "memory"); oh != "160Mi" {
 		t.Errorf("kata overhead memory %q, want 160Mi", oh)
+	}
+	// The local cluster creates gvisor itself: its values install no RuntimeClass yet default to gvisor.
+	local := render(t, valueSets["local-cluster"]...)
+	if got := names(local); len(got) != 0 || !slices.Contains(args(t, local, "airlock-manager"), "--default-runtime-class=gvisor") {
+		t.Errorf("local-cluster values: runtime classes %v, manager args %v", got, args(t, local, "airlock-manager"))
 	}
 	_, stderr, err := helmTemplate(t, chartDir(t), "airlock", "--set", "runtimeClasses.gvisor.enabled=false")
 	if err == nil || !strings.Contains(stderr, "manager.defaultRuntimeClass must be set") {
@@ -478,6 +486,30 @@ func TestNotes(t *testing.T) {
 	} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
+		}
+	}
+	// The kubectl-only recipe must make keys the gateway accepts: run its ID= and KEY= lines and its hash.
+	var script []string
+	for _, l := range strings.Split(notes, "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "ID=") || strings.HasPrefix(l, "KEY=\"alk_") {
+			script = append(script, l)
+		}
+	}
+	if len(script) != 2 {
+		t.Fatalf("NOTES should have one ID= and one KEY= line, found %q", script)
+	}
+	for i := 0; i < 20; i++ {
+		out, err := exec.Command("bash", "-c", strings.Join(script, "\n")+"\n"+`printf '%s %s %s' "$ID" "$KEY" "$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)"`).Output()
+		if err != nil {
+			t.Fatalf("running the NOTES key recipe: %v", err)
+		}
+		f := strings.Fields(string(out))
+		if len(f) != 3 {
+			t.Fatalf("recipe output %q", out)
+		}
+		id, err := auth.ParseKey(f[1])
+		if err != nil || id != f[0] || auth.HashKey(f[1]) != f[2] {
+			t.Fatalf("NOTES recipe made key %q id %q hash %q: ParseKey id %q err %v, HashKey %q", f[1], f[0], f[2], id, err, auth.HashKey(f[1]))
 		}
 	}
 }
