@@ -50,7 +50,7 @@ lint: ## go vet, and golangci-lint when it builds here.
 ##@ Test
 
 .PHONY: test
-test: verify test-unit test-integration ## Everything CI runs: verify, unit, integration (envtest).
+test: verify test-unit test-chart test-integration ## Everything CI runs: verify, unit, chart, integration (envtest).
 
 .PHONY: test-unit
 test-unit: ## Unit tests of the pure parts (no API server).

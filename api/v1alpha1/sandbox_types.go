@@ -17,7 +17,7 @@ type SandboxSpec struct {
 	// +optional
 	TemplateRef *TemplateReference `json:"templateRef,omitempty"`
 
-	// Image is the container image to run when no template is used, e.g. localhost/airlock/sandbox-python:1.
+	// Image is the container image to run when no template is used, e.g. localhost/airlock/sandbox-python:0.1.0.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.image is immutable"

@@ -8,7 +8,7 @@ import (
 // copies what it needs when its pod is created: editing a template never changes running sandboxes.
 // +kubebuilder:validation:XValidation:rule="!has(self.defaultTimeout) || !has(self.maxTimeout) || duration(self.defaultTimeout) <= duration(self.maxTimeout)",message="defaultTimeout must not exceed maxTimeout"
 type SandboxTemplateSpec struct {
-	// Image is the container image, e.g. localhost/airlock/sandbox-python:1. Any image works: Airlock
+	// Image is the container image, e.g. localhost/airlock/sandbox-python:0.1.0. Any image works: Airlock
 	// brings its own init process and needs no daemon inside.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
