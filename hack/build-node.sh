@@ -30,7 +30,7 @@ go_build() {
 build_apt() {
 	local missing=() p
 	for p in "${NODE_APT_PACKAGES[@]}"; do
-		dpkg-query -W -f='${Status}' "${p}" 2>/dev/null | grep -q 'install ok installed' || missing+=("${p}")
+		[[ "$(dpkg-query -W -f='${Status}' "${p}" 2>/dev/null)" == "install ok installed" ]] || missing+=("${p}")
 	done
 	[[ ${#missing[@]} -eq 0 ]] && return 0
 	log "installing Debian packages: ${missing[*]}"
