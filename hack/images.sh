@@ -51,7 +51,8 @@ import_tar() {
 	have="$("${CTR[@]}" images ls "name==${name}:${tag}" 2>/dev/null | awk 'NR > 1 { print $3 }')"
 	if [[ "${have}" == "${want}" ]]; then log "${name}:${tag} already imported (${want:0:19})"; return 0; fi
 	local start=${SECONDS}
-	"${CTR[@]}" images import --base-name "${name}" "${tar}" >/dev/null
+	# ctr warns about cgroup v1 on every call: show its output only when the import fails.
+	local out; out="$("${CTR[@]}" images import --base-name "${name}" "${tar}" 2>&1)" || { echo "${out}" >&2; die "import of ${tar} failed"; }
 	log "imported ${name}:${tag} (${want:0:19}) in $((SECONDS - start))s"
 }
 
@@ -101,7 +102,8 @@ build_binary() {
 	local ref="$1" bin="$2"; shift 2
 	[[ "${ref}" == */*:* ]] || die "give a fully qualified NAME:TAG such as localhost/airlock/manager:dev (got ${ref})"
 	[[ -x "${bin}" ]] || die "${bin} is not an executable file"
-	if file "${bin}" 2>/dev/null | grep -q 'dynamically linked'; then die "${bin} is dynamically linked: build it with CGO_ENABLED=0"; fi
+	# The image has no libc: a program interpreter (PT_INTERP) means a dynamically linked binary.
+	if [[ "$(readelf -lW "${bin}" 2>/dev/null)" == *"INTERP"* ]]; then die "${bin} is dynamically linked: build it with CGO_ENABLED=0"; fi
 	local name="${ref%:*}" tag="${ref##*:}" key out
 	# Keyed by the binary and the arguments: an unchanged binary is neither repacked nor reimported.
 	key="$(hash_of "${bin}" <(printf '%s\n' "${RECIPE_VERSION}" "${ref}" "$@"))"

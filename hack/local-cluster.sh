@@ -33,7 +33,7 @@ LOGS="${CLUSTER_DIR}/log"
 HOSTSNAP="${CLUSTER_DIR}/host"   # what the host looked like before `up`, so that `down` restores exactly that
 ADMIN_KUBECONFIG="${CLUSTER_DIR}/admin.kubeconfig"
 KUBECTL=("${K8S_BIN_DIR}/kubectl" --kubeconfig "${ADMIN_KUBECONFIG}")
-CRICTL=("${CRICTL_DIR}/crictl" --runtime-endpoint "unix://${CONTAINERD_SOCK}" --timeout 60s)
+CRICTL=("${CRICTL_DIR}/crictl" --config "${CLUSTER_RUN_DIR}/crictl.yaml" --runtime-endpoint "unix://${CONTAINERD_SOCK}" --timeout 60s)
 CTR=("${CONTAINERD_DIR}/ctr" --address "${CONTAINERD_SOCK}")
 
 # Start order; `down` stops in reverse (kubelet before containerd, see stop_all).
@@ -482,6 +482,8 @@ start_controllers() {
 
 start_containerd() {
 	mkdir -p "${CLUSTER_RUN_DIR}" "${CLUSTER_DIR}/containerd"
+	# For crictl (also via CRI_CONFIG_FILE from `env`): without it, crictl warns about /etc/crictl.yaml.
+	printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n' "${CONTAINERD_SOCK}" "${CONTAINERD_SOCK}" >"${CLUSTER_RUN_DIR}/crictl.yaml"
 	# Our shims first on PATH: Debian's older containerd-shim-runc-v2 in /usr/bin must never be picked.
 	PATH="${CONTAINERD_DIR}:${GVISOR_DIR}:${PATH}" start_daemon containerd --config "${CFG}/containerd.toml"
 	wait_for "containerd socket" 30 "${CTR[@]}" version
@@ -608,6 +610,7 @@ cmd_env() {
 	export KUBECONFIG=${ADMIN_KUBECONFIG}
 	export PATH=${K8S_BIN_DIR}:${CRICTL_DIR}:${CONTAINERD_DIR}:\$PATH
 	export CONTAINER_RUNTIME_ENDPOINT=unix://${CONTAINERD_SOCK}
+	export CRI_CONFIG_FILE=${CLUSTER_RUN_DIR}/crictl.yaml
 	export CONTAINERD_ADDRESS=${CONTAINERD_SOCK}
 	export CONTAINERD_NAMESPACE=k8s.io
 	EOF
