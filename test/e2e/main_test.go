@@ -6,6 +6,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"testing"
@@ -66,6 +68,9 @@ func setup(m *testing.M) (int, error) {
 	var err error
 	if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
 		return 1, fmt.Errorf("loading %s: %w", kubeconfig, err)
+	}
+	if err := serverIsLocal(cfg.Host); err != nil {
+		return 1, err
 	}
 	cfg.QPS, cfg.Burst = 100, 200
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
@@ -130,4 +135,31 @@ func deleteNamespace(t *testing.T, ns string) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Errorf("namespace %s was not deleted within 2 minutes", ns)
+}
+
+// serverIsLocal refuses to run unless the API server's address is on this machine. The local cluster's node IP
+// lives on a veth that `down` removes; without this check a stale kubeconfig would send the tests' traffic
+// along the default route, off the machine.
+func serverIsLocal(host string) error {
+	u, err := url.Parse(host)
+	if err != nil {
+		return fmt.Errorf("parsing API server address %q: %w", host, err)
+	}
+	ip := net.ParseIP(u.Hostname())
+	if ip == nil {
+		return fmt.Errorf("API server address %q is not an IP address on this machine", host)
+	}
+	if ip.IsLoopback() {
+		return nil
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return nil
+		}
+	}
+	return fmt.Errorf("API server %s is not on this machine (is the local cluster up? hack/local-cluster.sh status)", host)
 }
