@@ -21,6 +21,8 @@ type Error struct {
 	// Phase and Reason describe a sandbox that is not ready.
 	Phase  string `json:"phase,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// cause is the underlying error of a 5xx, for the access log only: clients never see it.
+	cause error
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -60,6 +62,9 @@ type errorEnvelope struct {
 }
 
 func writeError(w http.ResponseWriter, e *Error) {
+	if sw, ok := w.(*statusWriter); ok && e.cause != nil {
+		sw.cause = e.cause
+	}
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 	}
@@ -84,9 +89,9 @@ func fromKube(err error, what string) *Error {
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: statusMessage(err)}
 	case apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err), apierrors.IsServerTimeout(err),
 		apierrors.IsTimeout(err), isNetError(err):
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the cluster is unreachable or overloaded; retry later"}
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the cluster is unreachable or overloaded; retry later", cause: err}
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error", cause: err}
 }
 
 func isNetError(err error) bool {

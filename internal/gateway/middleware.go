@@ -17,6 +17,8 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	// cause is the error behind a 5xx answer, logged with the access line.
+	cause error
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -62,6 +64,9 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		var p auth.Principal
 		r = r.WithContext(contextWithPrincipal(r.Context(), &p))
 		next.ServeHTTP(sw, r)
+		if sw.cause != nil {
+			s.opts.Logger.Error(sw.cause, "request failed", "method", r.Method, "path", r.URL.Path, "status", sw.status)
+		}
 		s.opts.Logger.Info("access", "method", r.Method, "path", r.URL.Path, "status", sw.status,
 			"bytes", sw.bytes, "duration_ms", time.Since(start).Milliseconds(), "tenant", p.Tenant, "key", p.KeyID)
 	})

@@ -55,8 +55,13 @@ func startTestHosts(t *testing.T) {
 	if v, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err == nil && strings.TrimSpace(string(v)) == "0" {
 		runUndo([]string{"sysctl", "-qw", "net.ipv4.ip_forward=1"}, []string{"sysctl", "-qw", "net.ipv4.ip_forward=0"})
 	}
+	// Leftovers of an interrupted earlier run (our own names only) would make the adds below fail.
+	_ = exec.Command("ip", "link", "del", hostVeth).Run()
+	_ = exec.Command("ip", "netns", "del", hostsNetns).Run()
 	runUndo([]string{"ip", "netns", "add", hostsNetns}, []string{"ip", "netns", "del", hostsNetns})
-	run("ip", "link", "add", hostVeth, "type", "veth", "peer", "name", nsVeth, "netns", hostsNetns)
+	// Deleting the link removes both ends at once; a netns deletion alone frees the pair only lazily.
+	runUndo([]string{"ip", "link", "add", hostVeth, "type", "veth", "peer", "name", nsVeth, "netns", hostsNetns},
+		[]string{"ip", "link", "del", hostVeth})
 	run("ip", "addr", "add", hostSideIP+"/32", "dev", hostVeth)
 	run("ip", "link", "set", hostVeth, "up")
 	for _, ip := range []string{internetIP, metadataIP} {
