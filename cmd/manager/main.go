@@ -49,6 +49,8 @@ func run() error {
 	fs.DurationVar(&defaults.MaxTimeout, "max-timeout", defaults.MaxTimeout, "Cap on every sandbox's lifetime (at most 24h, the API's own cap).")
 	fs.StringVar(&isolating, "isolating-runtime-classes", strings.Join(defaults.IsolatingRuntimes, ","), "Comma-separated runtime classes under which a template may run commands as root.")
 	fs.DurationVar(&podOpts.GateTimeout.Duration, "network-gate-timeout", podOpts.GateTimeout.Duration, "How long a new pod waits for its network isolation to take effect before it fails.")
+	fs.IntVar(&podOpts.ProcessLimit, "process-limit", podOpts.ProcessLimit, "Most processes the sandbox user may have (RLIMIT_NPROC) under --process-limit-runtime-classes; 0 disables.")
+	processRuntimes := fs.String("process-limit-runtime-classes", strings.Join(podOpts.ProcessLimitRuntimes, ","), "Comma-separated runtime classes whose pids limit kills the whole sandbox instead of failing fork (gVisor), so the process limit is applied inside.")
 	fs.IntVar(&workers, "workers", 8, "How many sandboxes are reconciled concurrently.")
 	fs.IntVar(&qps, "kube-api-qps", 200, "Queries per second the manager may send to the API server.")
 	fs.IntVar(&burst, "kube-api-burst", 400, "Burst of queries the manager may send to the API server.")
@@ -60,6 +62,7 @@ func run() error {
 	}
 	flag.Parse()
 	defaults.IsolatingRuntimes = splitList(isolating)
+	podOpts.ProcessLimitRuntimes = splitList(*processRuntimes)
 	if defaults.MaxTimeout <= 0 || defaults.MaxTimeout > 24*time.Hour {
 		return fmt.Errorf("--max-timeout must be in (0, 24h], got %s", defaults.MaxTimeout)
 	}

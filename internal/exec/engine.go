@@ -211,7 +211,7 @@ func (e *Engine) oomKilled(ctx context.Context, log logr.Logger, req *Request, s
 	if e.opts.OOMChecker == nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	oom, err := e.opts.OOMChecker.OOMKilled(ctx, req.Namespace, req.Pod, req.Container, since)
 	if err != nil {

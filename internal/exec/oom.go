@@ -22,13 +22,42 @@ type PodGetterFunc func(ctx context.Context, namespace, name string) (*corev1.Po
 // PodOOMChecker is an OOMChecker that reads the container's status.
 type PodOOMChecker PodGetterFunc
 
-// OOMKilled implements OOMChecker.
+// oomPoll is how often PodOOMChecker re-reads a pod whose container still runs.
+const oomPoll = 250 * time.Millisecond
+
+// OOMKilled implements OOMChecker. A runtime may report the container's OOM kill a few seconds after the exec
+// stream broke (gVisor: the sandbox is OOM-killed as a whole), so while the container still shows as running
+// it polls until ctx ends.
 func (f PodOOMChecker) OOMKilled(ctx context.Context, namespace, pod, container string, since time.Time) (bool, error) {
-	p, err := f(ctx, namespace, pod)
-	if err != nil {
-		return false, fmt.Errorf("get pod %s/%s: %w", namespace, pod, err)
+	for {
+		p, err := f(ctx, namespace, pod)
+		if err != nil {
+			return false, fmt.Errorf("get pod %s/%s: %w", namespace, pod, err)
+		}
+		if ContainerOOMKilled(p, container, since) {
+			return true, nil
+		}
+		if !containerRunning(p, container) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-time.After(oomPoll):
+		}
 	}
-	return ContainerOOMKilled(p, container, since), nil
+}
+
+func containerRunning(pod *corev1.Pod, container string) bool {
+	if container == "" && len(pod.Spec.Containers) > 0 {
+		container = pod.Spec.Containers[0].Name
+	}
+	for i := range pod.Status.ContainerStatuses {
+		if cs := &pod.Status.ContainerStatuses[i]; cs.Name == container {
+			return cs.State.Running != nil
+		}
+	}
+	return false
 }
 
 // clockSkew tolerates node and gateway clocks that disagree a little.

@@ -101,6 +101,9 @@ func (s *supervisor) run(life, ready *os.File) int {
 	}
 	cmd, startErr := s.command(outW, errW)
 	if startErr == nil {
+		startErr = applyProcessLimit()
+	}
+	if startErr == nil {
 		startErr = cmd.Start()
 	}
 	_ = outW.Close()

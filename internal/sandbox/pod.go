@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,11 +21,19 @@ type PodOptions struct {
 	GatePort int32
 	// GateTimeout bounds how long the gate waits for isolation before failing the pod.
 	GateTimeout metav1.Duration
+	// ProcessLimit caps the sandbox user's processes (RLIMIT_NPROC, applied by airlock-init run) under the
+	// runtimes in ProcessLimitRuntimes. Under gVisor the pod's pids limit kills the whole sandbox instead of
+	// failing fork, so a fork bomb must be stopped inside first. Under gVisor (systrap) each guest process
+	// costs about two host tasks on top of ~60 for the sandbox itself: keep it below a quarter of the
+	// kubelet's podPidsLimit (1024 on the local cluster).
+	ProcessLimit         int
+	ProcessLimitRuntimes []string
 }
 
 // DefaultPodOptions are the defaults of PodOptions except the image, which depends on the release.
 func DefaultPodOptions(initImage string) PodOptions {
-	return PodOptions{InitImage: initImage, GatePort: 10250, GateTimeout: metav1.Duration{Duration: 30e9}}
+	return PodOptions{InitImage: initImage, GatePort: 10250, GateTimeout: metav1.Duration{Duration: 30e9},
+		ProcessLimit: 256, ProcessLimitRuntimes: []string{"gvisor"}}
 }
 
 const (
@@ -54,6 +63,9 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 	env := []corev1.EnvVar{{Name: "HOME", Value: r.WorkingDir}, {Name: "USER", Value: "sandbox"}}
 	for _, e := range r.Env {
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	if o.ProcessLimit > 0 && slices.Contains(o.ProcessLimitRuntimes, r.RuntimeClassName) {
+		env = append(env, corev1.EnvVar{Name: ProcessLimitEnv, Value: strconv.Itoa(o.ProcessLimit)})
 	}
 
 	return &corev1.Pod{

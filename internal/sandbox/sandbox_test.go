@@ -270,3 +270,20 @@ func expect[T comparable](t *testing.T, got, want T) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
+
+func TestProcessLimitOnlyUnderListedRuntimes(t *testing.T) {
+	for rc, want := range map[string]bool{"gvisor": true, "runc": false} {
+		r, _ := Resolve(sbx(), nil, DefaultDefaults())
+		r.RuntimeClassName = rc
+		pod := BuildPod(sbx(), r, DefaultPodOptions("init:1"))
+		got := false
+		for _, e := range pod.Spec.Containers[0].Env {
+			if e.Name == ProcessLimitEnv {
+				got = e.Value == "256"
+			}
+		}
+		if got != want {
+			t.Errorf("%s: process limit set=%v, want %v", rc, got, want)
+		}
+	}
+}

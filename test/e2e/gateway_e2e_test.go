@@ -105,8 +105,14 @@ func TestGatewayTimeoutFloodAndBombs(t *testing.T) {
 		t.Errorf("after the fork bomb the sandbox must still answer, got %v", summarize(alive))
 	}
 
+	// The memory bomb gets a sandbox of its own: if the runtime kills the whole sandbox, that is the one lost.
+	_, created = g.call(t, key, "POST", "/v1/sandboxes", map[string]any{"size": "small", "timeout_minutes": 30})
+	id, _ = created["id"].(string)
+	if id == "" || created["status"] != "ready" {
+		t.Fatalf("create: %v", created)
+	}
 	res = g.execCmd(t, key, id, `python3 -c "a = [bytearray(64 << 20) for _ in range(64)]"`, 60000)
-	t.Logf("memory bomb: outcome=%v exit=%v signal=%v", res["outcome"], res["exit_code"], res["signal"])
+	t.Logf("memory bomb: outcome=%v exit=%v signal=%v detail=%v", res["outcome"], res["exit_code"], res["signal"], res["detail"])
 	if res["outcome"] != "oom" {
 		t.Errorf("a memory bomb must be reported as oom, got %v", summarize(res))
 	}
@@ -123,8 +129,11 @@ func TestGatewayTenancyAndQuota(t *testing.T) {
 		t.Fatalf("create: %d %v", status, created)
 	}
 	id := created["id"].(string)
-	for _, req := range []struct{ method, path string }{{"GET", ""}, {"POST", "/exec"}, {"DELETE", ""}, {"POST", "/timeout"}} {
-		status, body := g.call(t, keyB, req.method, "/v1/sandboxes/"+id+req.path, map[string]any{"command": "true", "timeout_minutes": 60})
+	for _, req := range []struct {
+		method, path string
+		body         any
+	}{{"GET", "", nil}, {"POST", "/exec", map[string]any{"command": "true"}}, {"DELETE", "", nil}, {"POST", "/timeout", map[string]any{"timeout_minutes": 60}}} {
+		status, body := g.call(t, keyB, req.method, "/v1/sandboxes/"+id+req.path, req.body)
 		if status != http.StatusNotFound {
 			t.Errorf("tenant B %s %s: status %d %v, want 404", req.method, req.path, status, body)
 		}

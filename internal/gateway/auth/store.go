@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // Principal is an authenticated caller.
@@ -31,6 +32,10 @@ type Store struct {
 	namespace string
 	informer  cache.SharedIndexInformer
 	lister    listerscorev1.SecretLister
+	// live reads a key the cache has not seen yet: a key created a moment ago must work at once. Such reads
+	// are rate limited, so well-formed but unknown keys cannot turn into a flood of API calls.
+	live        kubernetes.Interface
+	liveLimiter flowcontrol.RateLimiter
 }
 
 // NewStore watches the key Secrets in namespace. Call Run before Authenticate.
@@ -39,7 +44,8 @@ func NewStore(cs kubernetes.Interface, namespace string) *Store {
 		informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelAPIKey + "=true" }))
 	inf := f.Core().V1().Secrets()
-	return &Store{namespace: namespace, informer: inf.Informer(), lister: inf.Lister()}
+	return &Store{namespace: namespace, informer: inf.Informer(), lister: inf.Lister(),
+		live: cs, liveLimiter: flowcontrol.NewTokenBucketRateLimiter(5, 10)}
 }
 
 // Run starts the watch and waits for the first full list (so that no valid key is refused at start-up).
@@ -55,12 +61,18 @@ func (s *Store) Run(ctx context.Context) error {
 func (s *Store) HasSynced() bool { return s.informer.HasSynced() }
 
 // Authenticate checks a bearer key.
-func (s *Store) Authenticate(_ context.Context, key string) (Principal, error) {
+func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error) {
 	id, err := ParseKey(key)
 	if err != nil {
 		return Principal{}, ErrUnauthenticated
 	}
 	sec, err := s.lister.Secrets(s.namespace).Get(SecretName(id))
+	if apierrors.IsNotFound(err) && s.live != nil && s.liveLimiter.TryAccept() {
+		sec, err = s.live.CoreV1().Secrets(s.namespace).Get(ctx, SecretName(id), metav1.GetOptions{})
+		if err == nil && sec.Labels[LabelAPIKey] != "true" {
+			return Principal{}, ErrUnauthenticated
+		}
+	}
 	if apierrors.IsNotFound(err) {
 		return Principal{}, ErrUnauthenticated
 	}
