@@ -90,7 +90,7 @@ func setup(m *testing.M) (int, error) {
 	if mgr, err = startManager(); err != nil {
 		return 1, err
 	}
-	defer mgr.stop()
+	defer func() { mgr.stop() }() // mgr may be replaced by a restart during the run
 	defer func() {
 		if gw != nil {
 			gw.stop()
