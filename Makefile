@@ -12,6 +12,7 @@ TOOLS_DIR := $(AIRLOCK_CACHE)/tools
 LOCALBIN := $(CURDIR)/bin
 CONTROLLER_GEN := $(TOOLS_DIR)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
 GO_TEST_FLAGS ?=
 
 .PHONY: help
@@ -50,7 +51,7 @@ lint: ## go vet, and golangci-lint when it builds here.
 ##@ Test
 
 .PHONY: test
-test: verify test-unit test-chart test-integration ## Everything CI runs: verify, unit, chart, integration (envtest).
+test: verify test-unit test-chart test-integration test-e2e ## Everything CI runs: verify, unit, chart, integration (envtest), end-to-end (local cluster).
 
 .PHONY: test-unit
 test-unit: ## Unit tests of the pure parts (no API server).
@@ -65,8 +66,8 @@ test-integration: envtest-assets ## Integration tests against a real kube-apiser
 	KUBEBUILDER_ASSETS=$(K8S_BIN_DIR) go test $(GO_TEST_FLAGS) ./internal/controller/... ./internal/gateway/... -run 'Integration' -count=1 -v
 
 .PHONY: test-e2e
-test-e2e: ## End-to-end tests on the local cluster (brings it up and down; first time builds it, see README).
-	hack/e2e.sh $(E2E_FLAGS)
+test-e2e: $(HELM) ## End-to-end tests on the local cluster, then a Helm install (brings it up and down; first time builds it).
+	AIRLOCK_E2E_HELM=$(HELM) hack/e2e.sh $(E2E_FLAGS)
 
 .PHONY: bench-e2e
 bench-e2e: ## Benchmark on the local cluster: Sandbox create->Ready vs a bare pod, gVisor and runc (docs/performance.md).
@@ -108,7 +109,6 @@ images: ## Build the pause and sandbox images and import them into the running l
 IMAGE_REPO ?= localhost/airlock
 IMAGES_DIR := $(LOCALBIN)/images
 IMAGE_LDFLAGS := -s -w -X airlock.dev/airlock/internal/version.Version=$(VERSION) -X airlock.dev/airlock/internal/version.ImageRepository=$(IMAGE_REPO)
-HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
 # What helm's own Makefile links in: without it `helm template` assumes Kubernetes v1.20 and `helm version`
 # is vague. The Kubernetes minor is ours (K8S_VERSION).
 HELM_K8S := helm.sh/helm/v3/pkg/chartutil.k8sVersion helm.sh/helm/v3/pkg/lint/rules.k8sVersion

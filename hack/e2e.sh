@@ -40,3 +40,11 @@ export AIRLOCK_E2E_MANAGER="${ROOT_DIR}/bin/manager" AIRLOCK_E2E_GATEWAY="${ROOT
 export AIRLOCK_E2E_SANDBOX_IMAGE="${sandbox_image}" AIRLOCK_E2E_KUBECTL="${K8S_BIN_DIR}/kubectl"
 log "running end-to-end tests (sandbox image ${sandbox_image}, init image ${init_image})"
 go test ./test/e2e/ -count=1 -v -timeout 45m "$@"
+
+# The chart installs the manager and gateway in-cluster: run it after the suite above, whose out-of-cluster
+# manager is gone by now. Skipped when the caller selected tests or benchmarks (-run/-bench).
+if [[ $# -eq 0 ]]; then
+	log "installing Airlock with Helm into the local cluster (in-cluster manager and gateway)"
+	make -s -C "${ROOT_DIR}" images-airlock VERSION="${VERSION}" >/dev/null
+	AIRLOCK_E2E_HELM="${AIRLOCK_E2E_HELM:?set by make test-e2e}" go test ./test/helm/ -count=1 -v -timeout 15m
+fi
