@@ -48,6 +48,12 @@ lint: ## go vet, and golangci-lint when it builds here.
 	@if [ -x "$(GOLANGCI_LINT)" ] || GOBIN=$(TOOLS_DIR) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) 2>/dev/null && mv -f $(TOOLS_DIR)/golangci-lint $(GOLANGCI_LINT); then \
 		$(GOLANGCI_LINT) run ./...; else echo "golangci-lint $(GOLANGCI_LINT_VERSION) did not build here; ran go vet only"; fi
 
+##@ Demo
+
+.PHONY: demo
+demo: ## Airlock end to end: local cluster (or $$KUBECONFIG), Helm install, key, and an agent's loop via curl.
+	hack/demo.sh
+
 ##@ Test
 
 .PHONY: test
@@ -70,8 +76,8 @@ test-e2e: $(HELM) ## End-to-end tests on the local cluster, then a Helm install 
 	AIRLOCK_E2E_HELM=$(HELM) hack/e2e.sh $(E2E_FLAGS)
 
 .PHONY: bench-e2e
-bench-e2e: ## Benchmark on the local cluster: Sandbox create->Ready vs a bare pod, gVisor and runc (docs/performance.md).
-	hack/e2e.sh -run '^$$' -bench BenchmarkColdReady -benchtime 1x
+bench-e2e: ## Benchmarks on the local cluster: create->Ready vs a bare pod; exec via client-go, engine, gateway, kubectl.
+	hack/e2e.sh -run '^$$' -bench 'BenchmarkColdReady|BenchmarkExecTrue' -benchtime 1x
 
 .PHONY: bench-envtest
 bench-envtest: envtest-assets ## Benchmark: 1,000 Sandboxes vs 1,000 pods+policies on envtest (docs/performance.md).

@@ -44,7 +44,7 @@ var (
 
 // gateway starts the shared gateway once for the run. Creation is not rate limited here so that the quota
 // test can race 50 creates.
-func gateway(t *testing.T) *gatewayProc {
+func gateway(t testing.TB) *gatewayProc {
 	t.Helper()
 	gwOnce.Do(func() {
 		if gatewayBin == "" {
@@ -106,7 +106,7 @@ func (g *gatewayProc) stop() {
 }
 
 // rss returns the gateway's current and peak resident memory from /proc.
-func (g *gatewayProc) rss(t *testing.T) (now, peak int64) {
+func (g *gatewayProc) rss(t testing.TB) (now, peak int64) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
 	if err != nil {
 		t.Fatalf("reading gateway status: %v", err)
@@ -129,7 +129,7 @@ func (g *gatewayProc) rss(t *testing.T) (now, peak int64) {
 
 // tenant creates a gateway tenant (restricted namespace + sandbox quota) with the python-node template and an
 // API key for it.
-func gatewayTenant(t *testing.T, maxSandboxes int64) (ns, key string) {
+func gatewayTenant(t testing.TB, maxSandboxes int64) (ns, key string) {
 	t.Helper()
 	ctx := context.Background()
 	ns = fmt.Sprintf("gw-%d", time.Now().UnixNano()%1_000_000_000)
@@ -150,7 +150,7 @@ func gatewayTenant(t *testing.T, maxSandboxes int64) (ns, key string) {
 }
 
 // call sends a JSON request to the gateway and decodes the JSON answer into a map.
-func (g *gatewayProc) call(t *testing.T, key, method, path string, body any) (int, map[string]any) {
+func (g *gatewayProc) call(t testing.TB, key, method, path string, body any) (int, map[string]any) {
 	t.Helper()
 	var r io.Reader
 	if body != nil {
@@ -170,7 +170,7 @@ func (g *gatewayProc) call(t *testing.T, key, method, path string, body any) (in
 	return status, out
 }
 
-func (g *gatewayProc) raw(t *testing.T, key, method, path, contentType string, body io.Reader) (int, []byte) {
+func (g *gatewayProc) raw(t testing.TB, key, method, path, contentType string, body io.Reader) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, g.base+path, body)
 	if err != nil {
@@ -191,7 +191,7 @@ func (g *gatewayProc) raw(t *testing.T, key, method, path, contentType string, b
 }
 
 // execCmd runs a shell command through the gateway and returns the decoded result; it fails on a non-200.
-func (g *gatewayProc) execCmd(t *testing.T, key, id, command string, timeoutMS int) map[string]any {
+func (g *gatewayProc) execCmd(t testing.TB, key, id, command string, timeoutMS int) map[string]any {
 	t.Helper()
 	status, res := g.call(t, key, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"command": command, "timeout_ms": timeoutMS})
 	if status != http.StatusOK {

@@ -18,7 +18,7 @@ import (
 // readyTimeout bounds creation to Ready: a cold gVisor pod with the network gate takes a few seconds here.
 const readyTimeout = 90 * time.Second
 
-func createSandbox(t *testing.T, ns, name string, mutate ...func(*airlockv1.Sandbox)) *airlockv1.Sandbox {
+func createSandbox(t testing.TB, ns, name string, mutate ...func(*airlockv1.Sandbox)) *airlockv1.Sandbox {
 	t.Helper()
 	s := &airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: airlockv1.SandboxSpec{TemplateRef: &airlockv1.TemplateReference{Name: "python-node"}}}
@@ -49,7 +49,7 @@ func getSandbox(ns, name string) (*airlockv1.Sandbox, error) {
 }
 
 // waitReady polls until the sandbox is Ready, failing early with its conditions if it fails.
-func waitReady(t *testing.T, ns, name string) *airlockv1.Sandbox {
+func waitReady(t testing.TB, ns, name string) *airlockv1.Sandbox {
 	t.Helper()
 	deadline := time.Now().Add(readyTimeout)
 	var last *airlockv1.Sandbox
@@ -90,7 +90,7 @@ func conditionStatus(s *airlockv1.Sandbox, typ string) string {
 }
 
 // sh runs a shell command in the sandbox through the exec engine and fails the test if it could not run.
-func sh(t *testing.T, ns, name, command string, timeout time.Duration) *airlockexec.Result {
+func sh(t testing.TB, ns, name, command string, timeout time.Duration) *airlockexec.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()
@@ -115,7 +115,7 @@ except Exception as e:
 `
 
 // probe reports whether a TCP connection from inside the sandbox to host:port succeeds.
-func probe(t *testing.T, ns, name, host string, port int) (open bool, detail string) {
+func probe(t testing.TB, ns, name, host string, port int) (open bool, detail string) {
 	t.Helper()
 	res := sh(t, ns, name, fmt.Sprintf("python3 -c '%s' %s %d", probeScript, host, port), 20*time.Second)
 	out := strings.TrimSpace(res.Stdout)
@@ -126,7 +126,7 @@ func probe(t *testing.T, ns, name, host string, port int) (open bool, detail str
 }
 
 // eventually polls f until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var err error

@@ -101,7 +101,7 @@ func setup(m *testing.M) (int, error) {
 
 // newTenant creates a namespace that enforces the restricted Pod Security Standard, with the default
 // templates: python-node under gVisor and python-node-runc under runc.
-func newTenant(t *testing.T) string {
+func newTenant(t testing.TB) string {
 	t.Helper()
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-", Labels: map[string]string{
@@ -123,7 +123,7 @@ func newTenant(t *testing.T) string {
 }
 
 // deleteNamespace deletes sandboxes first (their finalizers need the manager), then the namespace, and waits.
-func deleteNamespace(t *testing.T, ns string) {
+func deleteNamespace(t testing.TB, ns string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_ = k8s.DeleteAllOf(ctx, &airlockv1.Sandbox{}, client.InNamespace(ns))

@@ -30,7 +30,7 @@ var (
 
 // startTestHosts creates the netns hosts with an HTTP server on port 80 of both addresses, and routes only pod
 // traffic (the containment table) to them; the host's own routes are untouched. Cleanup undoes exactly that.
-func startTestHosts(t *testing.T) {
+func startTestHosts(t testing.TB) {
 	t.Helper()
 	if podRouteTable == "" || podCIDR == "" || nodeIP == "" {
 		t.Fatal("AIRLOCK_E2E_POD_ROUTE_TABLE, AIRLOCK_E2E_POD_CIDR and AIRLOCK_E2E_NODE_IP must be set: run 'make test-e2e'")
