@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,7 +35,15 @@ func TestIntegrationEveryFieldIsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "explain", "sandbox.spec").CombinedOutput()
+	// The API server publishes a new CRD's schema to discovery and OpenAPI a moment after it is established.
+	var out []byte
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "explain", "sandbox.spec").CombinedOutput()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("kubectl explain sandbox.spec: %v\n%s", err, out)
 	}
