@@ -16,15 +16,7 @@ func TestWaitUnreachableReturnsOnceConnectsFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	go acceptAndClose(l)
 	// The "policy" takes effect after 300ms: the listener goes away and connects are refused.
 	time.AfterFunc(300*time.Millisecond, func() { l.Close() })
 	took, err := WaitUnreachable(addr, 10*time.Second, 100*time.Millisecond)
@@ -42,15 +34,7 @@ func TestWaitUnreachableFailsWhileReachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	go acceptAndClose(l)
 	_, err = WaitUnreachable(l.Addr().String(), 300*time.Millisecond, 100*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "still reachable") {
 		t.Fatalf("want a 'still reachable' error, got %v", err)
@@ -74,5 +58,16 @@ func TestSetupInstallsItselfAndChecksFlags(t *testing.T) {
 	}
 	if code := Setup(nil, &stderr); code != 2 {
 		t.Errorf("missing --install-dir: exit %d, want 2", code)
+	}
+}
+
+// acceptAndClose plays a listening port: it accepts and drops connections until l is closed.
+func acceptAndClose(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
 	}
 }
