@@ -83,6 +83,11 @@ func fromKube(err error, what string) *Error {
 	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeQuotaExceeded,
 			Message: "sandbox limit of this tenant reached (ResourceQuota): delete a sandbox and retry; " + statusMessage(err)}
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "status unknown for quota"):
+		// The quota controller has not filled a new tenant's ResourceQuota status yet; admission refuses
+		// until it does, usually within seconds.
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "this tenant's sandbox quota is still being initialised by the cluster; retry in a few seconds", cause: err}
 	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
 		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: statusMessage(err)}
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):

@@ -172,16 +172,30 @@ func (g *gw) tenant(tb testing.TB, maxSandboxes int64) (ns, key string) {
 	tb.Helper()
 	ctx := context.Background()
 	ns = fmt.Sprintf("t-%d", time.Now().UnixNano()%1_000_000_000_000)
+	// Play the quota controller while CreateTenant waits for it.
+	filled := make(chan error, 1)
+	go func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var q corev1.ResourceQuota
+			err := g.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: admin.QuotaName}, &q)
+			if err == nil {
+				q.Status.Hard = q.Spec.Hard
+				q.Status.Used = corev1.ResourceList{admin.QuotaResource: resource.MustParse("0")}
+				filled <- g.c.Status().Update(ctx, &q)
+				return
+			}
+			if time.Now().After(deadline) {
+				filled <- err
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
 	if err := admin.CreateTenant(ctx, g.c, ns, admin.TenantOptions{MaxSandboxes: maxSandboxes}); err != nil {
 		tb.Fatal(err)
 	}
-	var q corev1.ResourceQuota
-	if err := g.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: admin.QuotaName}, &q); err != nil {
-		tb.Fatal(err)
-	}
-	q.Status.Hard = q.Spec.Hard
-	q.Status.Used = corev1.ResourceList{admin.QuotaResource: resource.MustParse("0")}
-	if err := g.c.Status().Update(ctx, &q); err != nil {
+	if err := <-filled; err != nil {
 		tb.Fatal(err)
 	}
 	tmpl := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "python-node", Namespace: ns},

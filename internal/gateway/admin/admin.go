@@ -66,6 +66,9 @@ func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOpt
 	}); err != nil {
 		return fmt.Errorf("quota in %s: %w", name, err)
 	}
+	if err := waitQuotaReady(ctx, c, name); err != nil {
+		return err
+	}
 	if o.TemplatesFrom != "" {
 		var list airlockv1.SandboxTemplateList
 		if err := c.List(ctx, &list, client.InNamespace(o.TemplatesFrom)); err != nil {
@@ -141,4 +144,28 @@ func RevokeKey(ctx context.Context, c client.Client, keyNamespace, id string, re
 		return fmt.Errorf("revoking key %s: %w", id, err)
 	}
 	return nil
+}
+
+// quotaWait bounds how long CreateTenant waits for the quota controller; a new CRD's type can take it ~20 s to
+// discover.
+const quotaWait = 90 * time.Second
+
+// waitQuotaReady waits until the quota controller has filled the tenant quota's status: until then the API
+// server's quota admission refuses every Sandbox create in the namespace ("status unknown for quota").
+func waitQuotaReady(ctx context.Context, c client.Client, ns string) error {
+	ctx, cancel := context.WithTimeout(ctx, quotaWait)
+	defer cancel()
+	for {
+		q := &corev1.ResourceQuota{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: QuotaName}, q); err == nil {
+			if _, ok := q.Status.Hard[QuotaResource]; ok {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("quota in %s: the cluster's quota controller did not fill its status within %s (is kube-controller-manager running?)", ns, quotaWait)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
