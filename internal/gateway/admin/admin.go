@@ -150,7 +150,7 @@ func RevokeKey(ctx context.Context, c client.Client, keyNamespace, id string, re
 // discover.
 const quotaWait = 90 * time.Second
 
-// waitQuotaReady waits until the quota controller has filled the tenant quota's status: until then the API
+// waitQuotaReady waits until the quota controller has filled the tenant quota's status (hard and used): until then the API
 // server's quota admission refuses every Sandbox create in the namespace ("status unknown for quota").
 func waitQuotaReady(ctx context.Context, c client.Client, ns string) error {
 	ctx, cancel := context.WithTimeout(ctx, quotaWait)
@@ -158,7 +158,11 @@ func waitQuotaReady(ctx context.Context, c client.Client, ns string) error {
 	for {
 		q := &corev1.ResourceQuota{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: QuotaName}, q); err == nil {
-			if _, ok := q.Status.Hard[QuotaResource]; ok {
+			// Admission needs both: hard comes at once, used only after the controller's quota monitor has
+			// discovered the Sandbox type.
+			_, hard := q.Status.Hard[QuotaResource]
+			_, used := q.Status.Used[QuotaResource]
+			if hard && used {
 				return nil
 			}
 		}
