@@ -474,7 +474,10 @@ start_controllers() {
 		--service-account-private-key-file="${PKI}/sa.key" --root-ca-file="${PKI}/ca.crt" \
 		--cluster-signing-cert-file="${PKI}/ca.crt" --cluster-signing-key-file="${PKI}/ca.key" \
 		--allocate-node-cidrs=true --cluster-cidr="${CLUSTER_CIDR}" --node-cidr-mask-size=24 \
-		--service-cluster-ip-range="${SERVICE_CIDR}" --profiling=false
+		--service-cluster-ip-range="${SERVICE_CIDR}" --profiling=false \
+		--resource-quota-sync-period=15s
+	# The quota sync period (default 5m) bounds how soon a tenant quota created right after the Sandbox CRD
+	# gets its usage filled; until then quota admission refuses creates. 15s keeps fresh test clusters usable.
 	start_daemon kube-scheduler --kubeconfig="${KCFG}/scheduler.kubeconfig" \
 		--authentication-kubeconfig="${KCFG}/scheduler.kubeconfig" --authorization-kubeconfig="${KCFG}/scheduler.kubeconfig" \
 		--bind-address=127.0.0.1 --leader-elect=false --profiling=false
