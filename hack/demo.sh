@@ -63,7 +63,14 @@ for s in ("stdout", "stderr"):
 }
 
 step "Agent: create a sandbox  (POST /v1/sandboxes {\"size\":\"small\",\"timeout_minutes\":30})"
-created="$(api POST /v1/sandboxes '{"size":"small","timeout_minutes":30}')"
+# A tenant created moments after the CRDs has a quota the cluster is still initialising: the gateway answers
+# 503 with a retry hint then, and an agent service retries, as here.
+for _ in $(seq 1 60); do
+	created="$(api POST /v1/sandboxes '{"size":"small","timeout_minutes":30}')"
+	[[ "${created}" == *'"cluster_unavailable"'* ]] || break
+	log "the tenant's quota is still initialising; retrying in 5 s"
+	sleep 5
+done
 echo "  ${created}"
 ID="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <<<"${created}")"
 
@@ -79,7 +86,7 @@ step "Agent: the traceback says KeyError: 'plum'; fix it and run again"
 api POST "/v1/sandboxes/${ID}/exec" '{"command":"sed -i \"s/prices\\[f\\]/prices.get(f, 0)/\" solve.py && python3 solve.py"}' | show
 
 step "Agent: state persists — the fixed file is still there; the network is not"
-api POST "/v1/sandboxes/${ID}/exec" '{"command":"ls -l solve.py; python3 -c \"import urllib.request; urllib.request.urlopen(\\\"http://203.0.113.10\\\", timeout=3)\"","timeout_ms":20000}' | show
+api POST "/v1/sandboxes/${ID}/exec" '{"command":"ls -l solve.py; python3 -c \"import socket; socket.create_connection((\\\"203.0.113.10\\\", 80), 3)\" 2>&1 | tail -1","timeout_ms":20000}' | show
 
 step "Agent: delete the sandbox  (DELETE /v1/sandboxes/${ID})"
 api DELETE "/v1/sandboxes/${ID}"
