@@ -153,7 +153,7 @@ chart-sync: ## Copy the generated CRDs and manager RBAC rules from config/ into 
 	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
 
 .PHONY: test-chart
-test-chart: $(HELM) ## Helm lint, render the chart with the main switches, and run its Go tests (test/chart).
+test-chart: $(HELM) envtest-assets ## Helm lint, render the chart with the main switches, and run its Go tests (test/chart).
 	$(HELM) lint --strict $(CHART_DIR)
 	$(HELM) lint --strict $(CHART_DIR) -f $(CHART_DIR)/ci/local-cluster-values.yaml --set serviceMonitor.enabled=true
 	@for set in "" "runtimeClasses.kata.enabled=true,runtimeClasses.gvisor.enabled=false" "tenants[0].name=team-a,tenants[1].name=team-b" \

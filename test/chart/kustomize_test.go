@@ -29,7 +29,7 @@ func kustomizeDefault(t *testing.T) objects {
 		kubectl = filepath.Join(cache, "k8s", k8s, "kubectl")
 	}
 	if _, err := os.Stat(kubectl); err != nil {
-		t.Skipf("kubectl not built (%s): run `make envtest-assets`", kubectl)
+		t.Fatalf("kubectl not built (%s): run `make envtest-assets` (make test-chart does)", kubectl)
 	}
 	out, err := exec.Command(kubectl, "kustomize", filepath.Join(repoRoot(t), "config", "default")).Output()
 	if err != nil {

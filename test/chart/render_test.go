@@ -46,7 +46,7 @@ func helmBinary(t testing.TB) string {
 	version := readVar(t, filepath.Join(repoRoot(t), "hack", "versions.env"), "HELM_VERSION=")
 	h := filepath.Join(cache, "tools", "helm-"+version)
 	if _, err := os.Stat(h); err != nil {
-		t.Skipf("helm not built (%s): run `make test-chart`", h)
+		t.Fatalf("helm not built (%s): run `make test-chart`", h)
 	}
 	return h
 }
