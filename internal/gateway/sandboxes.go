@@ -186,31 +186,30 @@ func (s *Server) lookup(ctx context.Context, reader client.Reader, p auth.Princi
 	return &sb, nil
 }
 
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+// sandboxFromPath resolves the {id} of the request to the caller's sandbox, answering the error itself.
+func (s *Server) sandboxFromPath(w http.ResponseWriter, r *http.Request, p auth.Principal) (*airlockv1.Sandbox, string, bool) {
 	id, e := sandboxID(r)
-	if e != nil {
-		writeError(w, e)
-		return
+	if e == nil {
+		var sb *airlockv1.Sandbox
+		if sb, e = s.lookup(r.Context(), s.opts.Client, p, id); e == nil {
+			return sb, id, true
+		}
 	}
-	sb, e := s.lookup(r.Context(), s.opts.Client, p, id)
-	if e != nil {
-		writeError(w, e)
-		return
+	writeError(w, e)
+	return nil, id, false
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	if sb, _, ok := s.sandboxFromPath(w, r, p); ok {
+		writeJSON(w, http.StatusOK, viewOf(sb, time.Now()))
 	}
-	writeJSON(w, http.StatusOK, viewOf(sb, time.Now()))
 }
 
 // deleteSandbox deletes in the background and answers 200 with the sandbox as it was, status terminating.
 // Repeating it while the sandbox is terminating answers the same; once it is gone the answer is 404.
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	id, e := sandboxID(r)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	sb, e := s.lookup(r.Context(), s.opts.Client, p, id)
-	if e != nil {
-		writeError(w, e)
+	sb, id, ok := s.sandboxFromPath(w, r, p)
+	if !ok {
 		return
 	}
 	if sb.DeletionTimestamp == nil {
