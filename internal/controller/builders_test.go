@@ -63,14 +63,4 @@ func (b *templateBuilder) defaultTimeout(d time.Duration) *templateBuilder {
 	return b
 }
 
-func (b *templateBuilder) network(n airlockv1.NetworkSpec) *templateBuilder {
-	b.t.Spec.Network = &n
-	return b
-}
-
-func (b *templateBuilder) runtime(rc string) *templateBuilder {
-	b.t.Spec.RuntimeClassName = rc
-	return b
-}
-
 func (b *templateBuilder) obj() *airlockv1.SandboxTemplate { return b.t.DeepCopy() }

@@ -6,7 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	amhttpstream "k8s.io/apimachinery/pkg/util/httpstream"
+	amhttpstream "k8s.io/apimachinery/pkg/util/httpstream" //nolint:staticcheck // the test shows this deprecated check does not trigger the fallback
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 

@@ -9,7 +9,7 @@ import (
 	"path"
 	"sync/atomic"
 
-	amhttpstream "k8s.io/apimachinery/pkg/util/httpstream"
+	amhttpstream "k8s.io/apimachinery/pkg/util/httpstream" //nolint:staticcheck // client-go's upgrader interface still returns this type
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"

@@ -105,13 +105,12 @@ func wrapper(tb testing.TB) string {
 // gw is a gateway under test: real API server, real key Store, an exec engine pointed at a local exec
 // server (pods never run in envtest), behind a real HTTP listener.
 type gw struct {
-	c      client.Client
-	cs     kubernetes.Interface
-	keyNS  string
-	srv    *Server
-	http   *httptest.Server
-	exec   *execserver.Server
-	closer func()
+	c     client.Client
+	cs    kubernetes.Interface
+	keyNS string
+	srv   *Server
+	http  *httptest.Server
+	exec  *execserver.Server
 }
 
 func newGateway(tb testing.TB, mutate func(*Options)) *gw {

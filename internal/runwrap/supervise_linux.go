@@ -166,7 +166,7 @@ loop:
 			startKill()
 		case <-s.killReq:
 			startKill()
-		case <-waitErr:
+		case <-waitErr: //nolint:errcheck // the exit status is read from cmd.ProcessState below
 			break loop
 		}
 	}

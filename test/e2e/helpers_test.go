@@ -119,7 +119,7 @@ func probe(t testing.TB, ns, name, host string, port int) (open bool, detail str
 	t.Helper()
 	res := sh(t, ns, name, fmt.Sprintf("python3 -c '%s' %s %d", probeScript, host, port), 20*time.Second)
 	out := strings.TrimSpace(res.Stdout)
-	if res.ExitCode != 0 || !(strings.HasPrefix(out, "OPEN") || strings.HasPrefix(out, "BLOCKED")) {
+	if res.ExitCode != 0 || (!strings.HasPrefix(out, "OPEN") && !strings.HasPrefix(out, "BLOCKED")) {
 		t.Fatalf("probe of %s:%d did not run: exit %d outcome %s stdout %q stderr %q", host, port, res.ExitCode, res.Outcome, res.Stdout, res.Stderr)
 	}
 	return strings.HasPrefix(out, "OPEN"), out
