@@ -69,13 +69,7 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 		return
 	}
 	var req ExecRequest
-	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
-	if e := decodeJSON(r, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := req.validate(s.opts.MaxExecTimeout.Milliseconds()); e != nil {
-		writeError(w, e)
+	if !s.readJSON(w, r, &req, func() *Error { return req.validate(s.opts.MaxExecTimeout.Milliseconds()) }) {
 		return
 	}
 	sb, e := s.readySandbox(r.Context(), p, id)

@@ -67,6 +67,20 @@ var (
 )
 
 // decodeJSON reads one JSON object strictly: unknown fields and trailing data are errors that name the field.
+// readJSON bounds the body, decodes it into v and validates it, answering any error itself.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, validate func() *Error) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	e := decodeJSON(r, v)
+	if e == nil {
+		e = validate()
+	}
+	if e != nil {
+		writeError(w, e)
+		return false
+	}
+	return true
+}
+
 func decodeJSON(r *http.Request, v any) *Error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()

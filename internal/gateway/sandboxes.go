@@ -23,13 +23,7 @@ import (
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	var req CreateRequest
-	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
-	if e := decodeJSON(r, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := req.validate(); e != nil {
-		writeError(w, e)
+	if !s.readJSON(w, r, &req, req.validate) {
 		return
 	}
 	if ok, retry := s.creates.allow(p.KeyID); !ok {
@@ -235,13 +229,7 @@ func (s *Server) extendTimeout(w http.ResponseWriter, r *http.Request, p auth.Pr
 		return
 	}
 	var req TimeoutRequest
-	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
-	if e := decodeJSON(r, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := req.validate(); e != nil {
-		writeError(w, e)
+	if !s.readJSON(w, r, &req, req.validate) {
 		return
 	}
 	sb, e := s.lookup(r.Context(), s.opts.Client, p, id)
