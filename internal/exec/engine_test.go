@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"airlock.dev/airlock/internal/testutil/sleepers"
 )
 
 func TestEngineExitCodesAndStreams(t *testing.T) {
@@ -79,7 +81,7 @@ func TestEngineTimeoutKillsProcessGroup(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(string(p), func(t *testing.T) {
 			env := newEnv(t, p, nil)
-			a, b := uniqueSleep(t), uniqueSleep(t)
+			a, b := sleepers.Unique(t), sleepers.Unique(t)
 			start := time.Now()
 			res := env.run(t, Request{Shell: "echo started; sleep " + a + " & sleep " + b, Timeout: time.Second})
 			if res.Outcome != OutcomeTimeout || res.Stdout != "started\n" {
@@ -88,8 +90,8 @@ func TestEngineTimeoutKillsProcessGroup(t *testing.T) {
 			if d := time.Since(start); d > 5*time.Second {
 				t.Fatalf("timeout took %v", d)
 			}
-			waitNoSleepers(t, a, time.Second)
-			waitNoSleepers(t, b, time.Second)
+			sleepers.WaitNone(t, a, time.Second)
+			sleepers.WaitNone(t, b, time.Second)
 		})
 	}
 }

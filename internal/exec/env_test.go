@@ -1,14 +1,9 @@
 package exec
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"path/filepath"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -83,60 +78,4 @@ func (e *testEnv) run(t testing.TB, req Request) *Result {
 		t.Fatalf("Run(%v %q): %v", req.Argv, req.Shell, err)
 	}
 	return res
-}
-
-// uniqueSleep returns a sleep argument no other process uses; such sleeps
-// are killed when the test ends, whatever its outcome.
-func uniqueSleep(t testing.TB) string {
-	s := fmt.Sprintf("%d.%06d", 900+rand.IntN(99), rand.IntN(1000000))
-	t.Cleanup(func() {
-		for _, pid := range sleepers(s) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
-	return s
-}
-
-// sleepers lists live `sleep arg` processes.
-func sleepers(arg string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !bytes.Equal(b, []byte("sleep\x00"+arg+"\x00")) {
-			continue
-		}
-		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if i := bytes.LastIndexByte(st, ')'); err == nil && i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
-			continue
-		}
-		out = append(out, pid)
-	}
-	return out
-}
-
-func waitNoSleepers(t testing.TB, arg string, d time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for len(sleepers(arg)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("sleep %s still running after %v: %v", arg, d, sleepers(arg))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func waitSleepers(t testing.TB, arg string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(sleepers(arg)) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("want %d `sleep %s`, have %v", n, arg, sleepers(arg))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"airlock.dev/airlock/internal/testutil/execserver"
+	"airlock.dev/airlock/internal/testutil/sleepers"
 )
 
 // fakeWrapper installs a script in place of the wrapper, for failures the
@@ -40,12 +41,12 @@ func TestEngineStreamLossKillsTree(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(string(p), func(t *testing.T) {
 			env := newEnv(t, p, nil)
-			s := uniqueSleep(t)
+			s := sleepers.Unique(t)
 			res, err := env.eng.Stream(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: "echo started; setsid sleep " + s + " & sleep " + s},
 				func(c Chunk) error {
 					if strings.Contains(c.Data, "started") {
 						go func() {
-							waitSleepers(t, s, 2)
+							sleepers.WaitCount(t, s, 2)
 							env.srv.DropConnections(true)
 						}()
 					}
@@ -57,7 +58,7 @@ func TestEngineStreamLossKillsTree(t *testing.T) {
 			if res.Outcome != OutcomeSandboxLost || res.ExitCode != -1 || res.Stdout != "started\n" || res.Detail == "" {
 				t.Fatalf("%+v", res)
 			}
-			waitNoSleepers(t, s, 5*time.Second)
+			sleepers.WaitNone(t, s, 5*time.Second)
 		})
 	}
 }
@@ -66,12 +67,12 @@ func TestEngineStreamLossKillsTree(t *testing.T) {
 // pipe closed): the wrapper's next write fails and it kills the tree.
 func TestEngineStreamLossBrokenPipeKillsTree(t *testing.T) {
 	env := newEnv(t, ProtocolSPDY, nil)
-	s := uniqueSleep(t)
+	s := sleepers.Unique(t)
 	res, err := env.eng.Stream(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: "sleep " + s + " & while :; do echo tick; sleep 0.05; done"},
 		func(c Chunk) error {
 			if c.Offset == 0 {
 				go func() {
-					waitSleepers(t, s, 1)
+					sleepers.WaitCount(t, s, 1)
 					env.srv.DropConnections(false)
 				}()
 			}
@@ -83,7 +84,7 @@ func TestEngineStreamLossBrokenPipeKillsTree(t *testing.T) {
 	if res.Outcome != OutcomeSandboxLost || !strings.HasPrefix(res.Stdout, "tick\n") {
 		t.Fatalf("%+v", res)
 	}
-	waitNoSleepers(t, s, 5*time.Second)
+	sleepers.WaitNone(t, s, 5*time.Second)
 }
 
 // A stream that hangs (no trailer, no end) is cut at timeout + grace + margin.
@@ -106,7 +107,7 @@ func TestEngineClientDeadline(t *testing.T) {
 // The caller's own context ending is an error with the partial result.
 func TestEngineCallerCancel(t *testing.T) {
 	env := newEnv(t, ProtocolAuto, nil)
-	s := uniqueSleep(t)
+	s := sleepers.Unique(t)
 	ctx, cancel := contextWithCancel(t)
 	res, err := env.eng.Stream(ctx, Request{Namespace: "ns", Pod: "p", Shell: "echo go; sleep " + s}, func(c Chunk) error {
 		cancel()
@@ -116,5 +117,5 @@ func TestEngineCallerCancel(t *testing.T) {
 		t.Fatalf("res %+v err %v", res, err)
 	}
 	env.srv.DropConnections(true)
-	waitNoSleepers(t, s, 5*time.Second)
+	sleepers.WaitNone(t, s, 5*time.Second)
 }

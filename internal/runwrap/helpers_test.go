@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -92,67 +89,6 @@ func splitTrailer(t *testing.T, s string) (string, *Trailer) {
 		t.Fatalf("bad trailer %q: %v", s[i:], err)
 	}
 	return s[:i], &tr
-}
-
-// uniqueSleep returns a sleep argument no other process uses, so /proc can be
-// searched for it. Whatever the test's outcome, such sleeps are killed at the
-// end.
-func uniqueSleep(t *testing.T) string {
-	s := fmt.Sprintf("%d.%06d", 900+rand.IntN(99), rand.IntN(1000000))
-	t.Cleanup(func() {
-		for _, pid := range procsWith(s) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
-	return s
-}
-
-// procsWith lists live (non-zombie) `sleep s` processes.
-func procsWith(s string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !bytes.Equal(b, []byte("sleep\x00"+s+"\x00")) {
-			continue
-		}
-		if st, ok := readStat(pid); ok && st.state != 'Z' {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// waitGone waits until no process mentions s, failing after d.
-func waitGone(t *testing.T, s string, d time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		pids := procsWith(s)
-		if len(pids) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes with %q still alive after %v: %v", s, d, pids)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitPresent waits until n processes mention s.
-func waitPresent(t *testing.T, s string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(procsWith(s)) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("expected %d processes with %q, have %v", n, s, procsWith(s))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func ptr(s string) *string { return &s }

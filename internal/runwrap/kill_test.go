@@ -7,10 +7,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"airlock.dev/airlock/internal/testutil/sleepers"
 )
 
 func TestTimeoutKillsWholeTree(t *testing.T) {
-	a, b, c := uniqueSleep(t), uniqueSleep(t), uniqueSleep(t)
+	a, b, c := sleepers.Unique(t), sleepers.Unique(t), sleepers.Unique(t)
 	// A background child, one that escapes the group with setsid, and the
 	// foreground one.
 	r := runWrapper(t, nil, "--timeout", "500ms", "--grace", "300ms", "--shell",
@@ -22,38 +24,38 @@ func TestTimeoutKillsWholeTree(t *testing.T) {
 		t.Fatalf("took %v", r.elapsed)
 	}
 	for _, s := range []string{a, b, c} {
-		waitGone(t, s, time.Second)
+		sleepers.WaitNone(t, s, time.Second)
 	}
 }
 
 func TestTimeoutEscalatesToSIGKILL(t *testing.T) {
-	s := uniqueSleep(t)
+	s := sleepers.Unique(t)
 	r := runWrapper(t, nil, "--timeout", "300ms", "--grace", "300ms", "--shell",
 		"trap '' TERM; sleep "+s+"; echo survived")
 	if !r.trailer.TimedOut || r.stdout != "" {
 		t.Fatalf("%+v stdout %q", r.trailer, r.stdout)
 	}
-	waitGone(t, s, time.Second)
+	sleepers.WaitNone(t, s, time.Second)
 }
 
 func TestLeftoversKilledAfterExit(t *testing.T) {
-	s := uniqueSleep(t)
+	s := sleepers.Unique(t)
 	r := runWrapper(t, nil, "--shell", "(setsid sleep "+s+" >/dev/null 2>&1 &); echo started")
 	if r.trailer.ExitCode != 0 || r.trailer.LeftoversKilled < 1 || r.stdout != "started\n" {
 		t.Fatalf("%+v %q", r.trailer, r.stdout)
 	}
-	waitGone(t, s, time.Second)
+	sleepers.WaitNone(t, s, time.Second)
 }
 
 func TestKeepLeftovers(t *testing.T) {
-	s := uniqueSleep(t)
+	s := sleepers.Unique(t)
 	r := runWrapper(t, nil, "--keep-leftovers", "--shell", "(setsid sleep "+s+" >/dev/null 2>&1 &); echo started")
 	if r.trailer.ExitCode != 0 || r.trailer.LeftoversKilled != 0 || r.elapsed > 3*time.Second {
 		t.Fatalf("%+v in %v", r.trailer, r.elapsed)
 	}
-	waitPresent(t, s, 1) // it may still be exec'ing
+	sleepers.WaitCount(t, s, 1) // it may still be exec'ing
 	time.Sleep(100 * time.Millisecond)
-	if pids := procsWith(s); len(pids) != 1 {
+	if pids := sleepers.List(s); len(pids) != 1 {
 		t.Fatalf("kept process missing: %v", pids)
 	}
 }
@@ -61,21 +63,21 @@ func TestKeepLeftovers(t *testing.T) {
 // The runtime SIGKILLs the exec'd process when the client goes away: the
 // supervisor must notice through the lifeline and kill the tree.
 func TestFrontKilledKillsTree(t *testing.T) {
-	s := uniqueSleep(t)
+	s := sleepers.Unique(t)
 	cmd := wrapperCmd(t, "--shell", "sleep "+s+" & setsid sleep "+s)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitPresent(t, s, 2)
+	sleepers.WaitCount(t, s, 2)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	waitGone(t, s, 5*time.Second)
+	sleepers.WaitNone(t, s, 5*time.Second)
 }
 
 // A reader that goes away (EPIPE) must end the command.
 func TestBrokenStdoutKillsTree(t *testing.T) {
-	s := uniqueSleep(t)
+	s := sleepers.Unique(t)
 	cmd := wrapperCmd(t, "--shell", "sleep "+s+" & yes")
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -98,13 +100,13 @@ func TestBrokenStdoutKillsTree(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatal("wrapper did not end after its stdout broke")
 	}
-	waitGone(t, s, time.Second)
+	sleepers.WaitNone(t, s, time.Second)
 }
 
 // A stream nobody reads any more (writes block) counts as lost after the
 // stall timeout.
 func TestStalledStdoutKillsTree(t *testing.T) {
-	s := uniqueSleep(t)
+	s := sleepers.Unique(t)
 	cmd := wrapperCmd(t, "--stall-timeout", "300ms", "--shell", "sleep "+s+" & yes")
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -130,5 +132,5 @@ func TestStalledStdoutKillsTree(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatal("wrapper did not give up on a stalled stream")
 	}
-	waitGone(t, s, time.Second)
+	sleepers.WaitNone(t, s, time.Second)
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"airlock.dev/airlock/internal/testutil/sleepers"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -112,17 +114,17 @@ func TestParseOOMKill(t *testing.T) {
 }
 
 func TestLiveDescendantsSeesOwnChild(t *testing.T) {
-	s := uniqueSleep(t)
+	s := sleepers.Unique(t)
 	cmd := wrapperCmd(t, "--", "sleep", s)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	waitPresent(t, s, 1)
+	sleepers.WaitCount(t, s, 1)
 	ds := liveDescendants(os.Getpid())
 	found := false
 	for _, pid := range ds {
-		for _, p := range procsWith(s) {
+		for _, p := range sleepers.List(s) {
 			found = found || pid == p
 		}
 	}
