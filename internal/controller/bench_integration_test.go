@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"airlock.dev/airlock/internal/sandbox"
+	"airlock.dev/airlock/internal/testutil/child"
 )
 
 // benchCount is how many sandboxes BenchmarkCreateSandboxes creates (AIRLOCK_BENCH_COUNT overrides).
@@ -152,9 +153,9 @@ func startManagerProcess(b *testing.B) *managerProcess {
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
+	cmd := child.DieWithParent(exec.Command(bin, "--kubeconfig", kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
 		"--health-probe-bind-address=0", "--workers=8", "--zap-log-level=error",
-		"--kube-api-qps=1000", "--kube-api-burst=2000")
+		"--kube-api-qps=1000", "--kube-api-burst=2000"))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"airlock.dev/airlock/internal/testutil/child"
 )
 
 // wrapperBin is the `airlock-init run` stand-in built once for the package.
@@ -50,7 +52,7 @@ func wrapperCmd(t *testing.T, args ...string) *exec.Cmd {
 
 func wrapperCmdDir(outDir string, args ...string) *exec.Cmd {
 	full := append([]string{"run", "--nonce", testNonce, "--out-dir", outDir}, args...)
-	return exec.Command(wrapperBin, full...)
+	return child.DieWithParent(exec.Command(wrapperBin, full...))
 }
 
 // runWrapper runs the wrapper to completion and splits off the trailer.

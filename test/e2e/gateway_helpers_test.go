@@ -23,6 +23,7 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/gateway/admin"
+	"airlock.dev/airlock/internal/testutil/child"
 )
 
 var gatewayBin = os.Getenv("AIRLOCK_E2E_GATEWAY")
@@ -69,8 +70,8 @@ func gateway(t testing.TB) *gatewayProc {
 			gwErr = err
 			return
 		}
-		cmd := exec.Command(gatewayBin, "--kubeconfig", kubeconfig, "--listen", addr, "--key-namespace", keyNamespace,
-			"--default-template", "python-node", "--create-rate=-1", "--max-concurrent-execs=20")
+		cmd := child.DieWithParent(exec.Command(gatewayBin, "--kubeconfig", kubeconfig, "--listen", addr, "--key-namespace", keyNamespace,
+			"--default-template", "python-node", "--create-rate=-1", "--max-concurrent-execs=20"))
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if gwErr = cmd.Start(); gwErr != nil {
 			return

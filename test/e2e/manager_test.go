@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"airlock.dev/airlock/internal/testutil/child"
 )
 
 // managerProc is the manager binary, run out of cluster as a child of the test: the test stops it by the PID
@@ -22,9 +24,9 @@ func startManager() (*managerProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(managerBin, "--kubeconfig", kubeconfig, "--leader-elect=false",
+	cmd := child.DieWithParent(exec.Command(managerBin, "--kubeconfig", kubeconfig, "--leader-elect=false",
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
-		"--init-image", initImage, "--zap-log-level=info")
+		"--init-image", initImage, "--zap-log-level=info"))
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()

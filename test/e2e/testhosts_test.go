@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"airlock.dev/airlock/internal/testutil/child"
 )
 
 // Stand-ins for "the internet" and "the metadata server": test hosts in a network namespace that this test
@@ -75,7 +77,7 @@ func startTestHosts(t testing.TB) {
 		runUndo([]string{"ip", "route", "add", ip + "/32", "dev", hostVeth, "table", podRouteTable},
 			[]string{"ip", "route", "del", ip + "/32", "dev", hostVeth, "table", podRouteTable})
 	}
-	server := exec.Command("ip", "netns", "exec", hostsNetns, "python3", "-m", "http.server", "80", "--bind", "0.0.0.0")
+	server := child.DieWithParent(exec.Command("ip", "netns", "exec", hostsNetns, "python3", "-m", "http.server", "80", "--bind", "0.0.0.0"))
 	if err := server.Start(); err != nil {
 		t.Fatalf("starting the test hosts' HTTP server: %v", err)
 	}

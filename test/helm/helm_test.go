@@ -26,6 +26,7 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/gateway/admin"
+	"airlock.dev/airlock/internal/testutil/child"
 )
 
 const (
@@ -153,8 +154,8 @@ func portForward(t *testing.T, kubectl, kubeconfig string) string {
 		"-l", "app.kubernetes.io/component=gateway", "-o", "jsonpath={.items[0].metadata.name}"))
 	svcPort := strings.TrimSpace(run(t, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "get", "svc", svc,
 		"-o", "jsonpath={.spec.ports[0].port}"))
-	cmd := exec.Command(kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "port-forward", "--address", "127.0.0.1",
-		"svc/"+svc, fmt.Sprintf("%d:%s", port, svcPort))
+	cmd := child.DieWithParent(exec.Command(kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "port-forward", "--address", "127.0.0.1",
+		"svc/"+svc, fmt.Sprintf("%d:%s", port, svcPort)))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 
 	crs "k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
+
+	"airlock.dev/airlock/internal/testutil/child"
 )
 
 // executor runs exec'd commands as local processes, the way a container
@@ -31,7 +33,7 @@ func (e *executor) ExecInContainer(ctx context.Context, name, uid, container str
 	if p, ok := s.opts.Rewrite[argv[0]]; ok {
 		argv[0] = p
 	}
-	c := exec.Command(argv[0], argv[1:]...)
+	c := child.DieWithParent(exec.Command(argv[0], argv[1:]...))
 	c.Env = append(os.Environ(), s.opts.Env...)
 	c.Dir = s.opts.Dir
 	if out != nil {
