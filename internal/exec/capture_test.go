@@ -62,6 +62,11 @@ func TestCaptureProperties(t *testing.T) {
 	}
 }
 
+// checkRendered checks render's contract: the text is escape(prefix) +
+// marker + escape(suffix) of the input (or escape(input) when that fits),
+// whose escaped parts fit the head budget and the whole budget, cut only at
+// character boundaries of valid input, with KeptBytes + OmittedBytes the
+// input's length.
 func checkRendered(t *testing.T, in []byte, head, tail int, text string, info StreamTruncation, path string, binary bool) {
 	t.Helper()
 	if !utf8.ValidString(text) {
@@ -70,41 +75,90 @@ func checkRendered(t *testing.T, in []byte, head, tail int, text string, info St
 	if _, err := json.Marshal(text); err != nil {
 		t.Errorf("json: %v", err)
 	}
-	if len(in) <= head+tail {
-		if info.Truncated || info.KeptBytes != len(in) || info.OmittedBytes != 0 {
+	whole, bad := escapeUTF8(nil, in)
+	if len(in) <= head+tail && len(whole) <= head+tail {
+		if info.Truncated || info.KeptBytes != len(in) || info.OmittedBytes != 0 || info.InvalidUTF8Bytes != bad {
 			t.Errorf("untruncated info %+v for %d bytes", info, len(in))
 		}
-		if want, _ := escapeUTF8(nil, in); text != string(want) {
-			t.Errorf("text %q want %q", text, want)
+		if text != string(whole) {
+			t.Errorf("text %q want %q", text, whole)
 		}
 		return
 	}
-	if !info.Truncated || info.KeptBytes > head+tail || int64(info.KeptBytes)+info.OmittedBytes != int64(len(in)) {
+	if !info.Truncated || int64(info.KeptBytes)+info.OmittedBytes != int64(len(in)) {
 		t.Errorf("info %+v for %d bytes, budget %d", info, len(in), head+tail)
 	}
 	mark := marker("stdout", path, info.OmittedBytes)
 	if !strings.Contains(mark, fmt.Sprint(info.OmittedBytes)+" bytes omitted") || !strings.Contains(mark, path) {
 		t.Errorf("marker %q", mark)
 	}
-	// The text is exactly escape(prefix) + marker + escape(suffix), where the
-	// prefix is the head budget less at most a split rune, likewise the
-	// suffix, and both add up to KeptBytes.
-	for hn := head; hn >= max(0, head-(utf8.UTFMax-1)); hn-- {
-		for tn := tail; tn >= max(0, tail-(utf8.UTFMax-1)); tn-- {
-			h, _ := escapeUTF8(nil, in[:hn])
-			tl, _ := escapeUTF8(nil, in[len(in)-tn:])
-			if text == string(h)+mark+string(tl) {
-				if hn+tn != info.KeptBytes {
-					t.Errorf("head %d + tail %d != kept %d", hn, tn, info.KeptBytes)
-				}
-				if !binary && (!utf8.Valid(in[:hn]) || !utf8.Valid(in[len(in)-tn:])) {
-					t.Errorf("valid input cut inside a rune")
-				}
-				return
-			}
+	i := strings.Index(text, mark)
+	if i < 0 {
+		t.Errorf("no marker in %q", text)
+		return
+	}
+	h, tl := text[:i], text[i+len(mark):]
+	if len(h) > head || len(h)+len(tl) > head+tail {
+		t.Errorf("escaped head %d + tail %d over budget %d + %d", len(h), len(tl), head, tail)
+	}
+	// A prefix is at most head bytes and the suffix the rest of KeptBytes.
+	for hn := 0; hn <= min(head, info.KeptBytes); hn++ {
+		tn := info.KeptBytes - hn
+		if eh, _ := escapeUTF8(nil, in[:hn]); string(eh) != h {
+			continue
 		}
+		if et, _ := escapeUTF8(nil, in[len(in)-tn:]); string(et) != tl {
+			continue
+		}
+		// Valid input loses at most a split character at each edge.
+		if !binary && (!utf8.Valid(in[:hn]) || !utf8.Valid(in[len(in)-tn:]) || hn < head-(utf8.UTFMax-1) || tn < tail-(utf8.UTFMax-1)) {
+			t.Errorf("valid input cut badly: head %d tail %d of budget %d+%d", hn, tn, head, tail)
+		}
+		return
 	}
 	t.Errorf("text is not head+marker+tail of the input: %q", text)
+}
+
+// Binary output with a small budget: the text returned, escapes included,
+// fits the budget (300 KB of binary once came back as ~9,300 characters for
+// a 4,096-byte budget), and kept_bytes counts the raw bytes shown.
+func TestCaptureBudgetCountsEscapes(t *testing.T) {
+	in := make([]byte, 300_000)
+	for i := range in {
+		in[i] = byte(i*7) | 0x80
+	}
+	c := newCapture(1024, 3072)
+	c.write(in)
+	text, info := c.render("stdout", "/p")
+	mark := marker("stdout", "/p", info.OmittedBytes)
+	if n := len(text) - len(mark); n > 4096 || n < 4096-3 {
+		t.Fatalf("text without the marker is %d bytes, budget 4096", n)
+	}
+	if info.KeptBytes != 1024 || int64(info.KeptBytes)+info.OmittedBytes != int64(len(in)) || info.InvalidUTF8Bytes != info.KeptBytes {
+		t.Fatalf("info %+v", info)
+	}
+	// Short, but too long once escaped: truncated although every byte arrived.
+	c = newCapture(64, 192)
+	c.write(in[:200])
+	text, info = c.render("stdout", "/p")
+	if !info.Truncated || len(text)-len(marker("stdout", "/p", info.OmittedBytes)) > 256 || info.OmittedBytes+int64(info.KeptBytes) != 200 {
+		t.Fatalf("short binary: %+v %q", info, text)
+	}
+}
+
+// Buffers grow with the output that arrives, not with the budget.
+func TestCaptureGrowsWithOutput(t *testing.T) {
+	c := newCapture(1<<10, 1<<20-1<<10)
+	c.write([]byte("hello\n"))
+	if cap(c.head)+cap(c.ring) > 1<<10 {
+		t.Fatalf("6 bytes of output hold %d + %d bytes of buffer", cap(c.head), cap(c.ring))
+	}
+	for range 100 {
+		c.write(bytes.Repeat([]byte("x"), 1000))
+	}
+	if cap(c.ring) > 2*100_000 {
+		t.Fatalf("100 kB of output hold a %d-byte ring", cap(c.ring))
+	}
 }
 
 func TestCaptureExactTailLarge(t *testing.T) {

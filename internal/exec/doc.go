@@ -11,7 +11,9 @@
 //
 // Output is kept per stream within a budget (a little head, mostly tail, and
 // a marker line saying how much was omitted and which sandbox file has it
-// all) in fixed-size buffers, so memory does not grow with the output.
+// all) in buffers that grow with the output up to the budget, never beyond,
+// so memory does not grow with the output. The budget counts the text as
+// returned (an invalid byte escaped as \xNN costs 4).
 //
 // Transports: WebSocket (v5 channel protocol, with stdin half-close) with
 // SPDY fallback by default, like kubectl; either can be forced.

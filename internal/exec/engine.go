@@ -1,7 +1,6 @@
 package exec
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -123,10 +122,7 @@ func (e *Engine) Stream(ctx context.Context, req Request, onChunk func(Chunk) er
 	defer cancel()
 	head, tail := req.budget()
 	col := newCollector(nonce, head, tail, onChunk, cancel)
-	opts := remotecommand.StreamOptions{Stdout: col.stdout(), Stderr: col.stderr()}
-	if req.Stdin != nil {
-		opts.Stdin = bytes.NewReader(req.Stdin)
-	}
+	opts := remotecommand.StreamOptions{Stdout: col.stdout(), Stderr: col.stderr(), Stdin: req.stdin()}
 	start := time.Now()
 	streamErr := ex.StreamWithContext(runCtx, opts)
 	elapsed := time.Since(start)

@@ -60,6 +60,11 @@ func TestEngineStdin(t *testing.T) {
 			if res.Outcome != OutcomeExited || res.Stdout != "" {
 				t.Fatalf("empty stdin: %+v", res)
 			}
+			// A reader is streamed: the command sees all of it, then EOF.
+			res = env.run(t, Request{Argv: []string{"wc", "-c"}, StdinReader: strings.NewReader(in), Timeout: 20 * time.Second})
+			if res.Outcome != OutcomeExited || strings.TrimSpace(res.Stdout) != itoa(len(in)) {
+				t.Fatalf("stdin reader: %+v", res)
+			}
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,19 @@ func fakeWrapper(t *testing.T, script string) func(*execserver.Options, *Options
 		t.Fatal(err)
 	}
 	return func(so *execserver.Options, eo *Options) { so.Rewrite[DefaultWrapperPath] = path }
+}
+
+// waitSleepers is sleepers.WaitCount for goroutines other than the test's,
+// which must not call t.Fatal: it returns the failure instead.
+func waitSleepers(arg string, n int) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sleepers.List(arg)) < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("want %d `sleep %s`, have %v", n, arg, sleepers.List(arg))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
 }
 
 // An exec that ends with a success status but no trailer (client-go reports
@@ -42,17 +56,21 @@ func TestEngineStreamLossKillsTree(t *testing.T) {
 		t.Run(string(p), func(t *testing.T) {
 			env := newEnv(t, p, nil)
 			s := sleepers.Unique(t)
+			dropped := make(chan error, 1)
 			res, err := env.eng.Stream(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: "echo started; setsid sleep " + s + " & sleep " + s},
 				func(c Chunk) error {
 					if strings.Contains(c.Data, "started") {
 						go func() {
-							sleepers.WaitCount(t, s, 2)
+							dropped <- waitSleepers(s, 2)
 							env.srv.DropConnections(true)
 						}()
 					}
 					return nil
 				})
 			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-dropped; err != nil {
 				t.Fatal(err)
 			}
 			if res.Outcome != OutcomeSandboxLost || res.ExitCode != -1 || res.Stdout != "started\n" || res.Detail == "" {
@@ -68,17 +86,21 @@ func TestEngineStreamLossKillsTree(t *testing.T) {
 func TestEngineStreamLossBrokenPipeKillsTree(t *testing.T) {
 	env := newEnv(t, ProtocolSPDY, nil)
 	s := sleepers.Unique(t)
+	dropped := make(chan error, 1)
 	res, err := env.eng.Stream(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: "sleep " + s + " & while :; do echo tick; sleep 0.05; done"},
 		func(c Chunk) error {
 			if c.Offset == 0 {
 				go func() {
-					sleepers.WaitCount(t, s, 1)
+					dropped <- waitSleepers(s, 1)
 					env.srv.DropConnections(false)
 				}()
 			}
 			return nil
 		})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-dropped; err != nil {
 		t.Fatal(err)
 	}
 	if res.Outcome != OutcomeSandboxLost || !strings.HasPrefix(res.Stdout, "tick\n") {

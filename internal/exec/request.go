@@ -1,8 +1,10 @@
 package exec
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,6 +30,10 @@ type Request struct {
 	Env map[string]string
 	// Stdin is given to the command; nil means EOF at once (/dev/null).
 	Stdin []byte
+	// StdinReader, instead of Stdin, is streamed to the command until it
+	// returns EOF (an error also ends the command's stdin: the caller, which
+	// sees its own reader's error, must not trust the command's result then).
+	StdinReader io.Reader
 	// Timeout kills the whole process tree in the sandbox; 0 means
 	// Options.DefaultTimeout.
 	Timeout time.Duration
@@ -102,6 +108,9 @@ func (r *Request) validate() error {
 			errs = append(errs, fmt.Sprintf("bad env name or value %q", k))
 		}
 	}
+	if r.Stdin != nil && r.StdinReader != nil {
+		errs = append(errs, "give either stdin bytes or a stdin reader, not both")
+	}
 	if r.Timeout < 0 {
 		errs = append(errs, "timeout must not be negative")
 	}
@@ -113,6 +122,19 @@ func (r *Request) validate() error {
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidRequest, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func (r *Request) hasStdin() bool { return r.Stdin != nil || r.StdinReader != nil }
+
+// stdin is what client-go copies to the command, nil for none.
+func (r *Request) stdin() io.Reader {
+	if r.StdinReader != nil {
+		return r.StdinReader
+	}
+	if r.Stdin != nil {
+		return bytes.NewReader(r.Stdin)
 	}
 	return nil
 }
@@ -135,7 +157,7 @@ func wrapperArgv(wrapper string, r *Request, nonce string, timeout, grace time.D
 	for _, k := range keys {
 		a = append(a, "--env", k+"="+r.Env[k])
 	}
-	if r.Stdin == nil {
+	if !r.hasStdin() {
 		a = append(a, "--no-stdin")
 	}
 	if r.MaxOutputBytes > 0 {

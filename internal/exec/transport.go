@@ -131,7 +131,7 @@ func execURL(cfg *rest.Config, r *Request, argv []string) (*url.URL, error) {
 	if r.Container != "" {
 		q.Set("container", r.Container)
 	}
-	if r.Stdin != nil {
+	if r.hasStdin() {
 		q.Set("stdin", "true")
 	}
 	u.RawQuery = q.Encode()
