@@ -24,6 +24,11 @@ const DefaultWrapperPath = "/airlock/bin/airlock-init"
 // nothing ran.
 var ErrNotStarted = errors.New("exec session not established")
 
+// ErrForbidden marks an ErrNotStarted whose cause is the API server refusing
+// pods/exec to the caller's credentials (RBAC): a configuration error, not a
+// missing pod.
+var ErrForbidden = errors.New("pods/exec forbidden")
+
 // Options configure an Engine.
 type Options struct {
 	Protocol Protocol // default auto
@@ -132,6 +137,9 @@ func (e *Engine) Stream(ctx context.Context, req Request, onChunk func(Chunk) er
 	log := e.opts.Logger.WithValues("namespace", req.Namespace, "pod", req.Pod, "protocol", proto)
 	if tr == nil && col.streams[0].cap.total == 0 && col.streams[1].cap.total == 0 &&
 		notStarted(streamErr, proto == string(ProtocolSPDY), &at) {
+		if forbidden(streamErr) {
+			return nil, fmt.Errorf("exec in %s/%s: %w: %w: %w", req.Namespace, req.Pod, ErrNotStarted, ErrForbidden, streamErr)
+		}
 		return nil, fmt.Errorf("exec in %s/%s: %w: %w", req.Namespace, req.Pod, ErrNotStarted, streamErr)
 	}
 

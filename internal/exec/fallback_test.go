@@ -92,3 +92,26 @@ func TestEngineNotStarted(t *testing.T) {
 		t.Fatalf("unreachable server: %v", err)
 	}
 }
+
+// The API server refusing pods/exec (RBAC) is ErrNotStarted and ErrForbidden
+// on every transport, so the gateway can call it a configuration error rather
+// than a missing pod.
+func TestEngineForbiddenExec(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,` +
+			`"message":"pods \"p\" is forbidden: User \"system:serviceaccount:airlock-system:airlock-gateway\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"ns\""}`))
+	}))
+	defer srv.Close()
+	for _, p := range protocols {
+		eng, err := New(&rest.Config{Host: srv.URL}, Options{Protocol: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}})
+		if res != nil || !errors.Is(err, ErrNotStarted) || !errors.Is(err, ErrForbidden) {
+			t.Errorf("%s: res %+v err %v, want ErrNotStarted and ErrForbidden", p, res, err)
+		}
+	}
+}

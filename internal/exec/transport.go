@@ -7,7 +7,10 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strings"
 	"sync/atomic"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	amhttpstream "k8s.io/apimachinery/pkg/util/httpstream" //nolint:staticcheck // client-go's upgrader interface still returns this type
 	"k8s.io/client-go/rest"
@@ -117,6 +120,18 @@ func notStarted(err error, usedSPDY bool, a *attempt) bool {
 	}
 	var op *net.OpError
 	return httpstream.IsUpgradeFailure(err) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+// forbidden reports whether a failed upgrade was the API server's 403: the
+// WebSocket executor keeps the Status (inside an UpgradeFailureError, which
+// does not unwrap), the SPDY one only its message ("pods "x" is forbidden:
+// User "..." cannot create resource "pods/exec" ...").
+func forbidden(err error) bool {
+	var ue *httpstream.UpgradeFailureError
+	if errors.As(err, &ue) && apierrors.IsForbidden(ue.Cause) {
+		return true
+	}
+	return apierrors.IsForbidden(err) || strings.Contains(err.Error(), " is forbidden: ")
 }
 
 // execURL is the pods/exec subresource URL for argv.
