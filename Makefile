@@ -49,14 +49,18 @@ lint: $(GOLANGCI_LINT) ## go vet and golangci-lint (built from the Go module pro
 
 ##@ Demo
 
+.PHONY: preflight
+preflight: ## Check Go and install the Debian packages make demo/test need (make, git, curl, python3, jq, binutils...).
+	hack/preflight.sh
+
 .PHONY: demo
-demo: ## Airlock end to end: local cluster (or $$KUBECONFIG), Helm install, key, and an agent's loop via curl.
+demo: preflight ## Airlock end to end: local cluster (or $$KUBECONFIG), Helm install, key, and an agent's loop via curl.
 	hack/demo.sh
 
 ##@ Test
 
 .PHONY: test
-test: verify test-unit test-chart test-integration test-e2e ## Everything CI runs: verify, unit, chart, integration (envtest), end-to-end (local cluster).
+test: preflight verify test-unit test-chart test-integration test-e2e ## Everything CI runs: verify, unit, chart, integration (envtest), end-to-end (local cluster).
 
 .PHONY: test-unit
 test-unit: ## Unit tests of the pure parts (no API server).
@@ -109,7 +113,7 @@ cluster-status: ## Daemons, node and pods of the local cluster.
 	hack/local-cluster.sh status
 
 .PHONY: images
-images: ## Build the pause and sandbox images and import them into the running local cluster.
+images: ## Build the pause and sandbox images; imported into the local cluster now if it runs, else when it comes up.
 	hack/images.sh all
 
 ##@ Images and deploy
@@ -128,9 +132,9 @@ KUBECTL ?= $(K8S_BIN_DIR)/kubectl
 CHART_DIR := charts/airlock
 # The gateway image is built once cmd/gateway exists.
 AIRLOCK_IMAGES := manager init $(if $(wildcard cmd/gateway/main.go),gateway)
-# Import into the local cluster's containerd only while it runs; otherwise just write the tarballs.
-CLUSTER_CONTAINERD_SOCK := $(or $(AIRLOCK_CLUSTER_RUN_DIR),/run/airlock-cluster)/containerd/containerd.sock
-IMAGE_IMPORT_ENV = $(if $(wildcard $(CLUSTER_CONTAINERD_SOCK)),,AIRLOCK_IMAGES_NO_IMPORT=1)
+# Import into the local cluster's containerd while it runs; built while it is down, an image is imported by
+# the next `hack/local-cluster.sh up`.
+IMAGE_IMPORT_ENV = AIRLOCK_IMAGES_DEFER_IMPORT=1
 
 # image NAME, cmd directory, binary name: static build, then one image named $(IMAGE_REPO)/NAME:$(VERSION).
 define airlock_image

@@ -14,7 +14,13 @@ finish() {
 	local rc=$?
 	if [[ ${was_up} -eq 0 && "${AIRLOCK_KEEP_CLUSTER:-0}" != 1 ]]; then
 		log "bringing the local cluster down (set AIRLOCK_KEEP_CLUSTER=1 to keep it)"
+		# Objects of "another program" planted first must survive `down`: it removes only what `up` made.
+		local planted=0
+		if "${cluster}" status >/dev/null 2>&1; then
+			if "${HACK_DIR}/cluster-down-check.sh" plant; then planted=1; else "${HACK_DIR}/cluster-down-check.sh" remove; rc=1; fi
+		fi
 		"${cluster}" down || rc=1
+		if ((planted)); then "${HACK_DIR}/cluster-down-check.sh" verify || rc=1; fi
 	fi
 	exit "${rc}"
 }

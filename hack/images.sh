@@ -5,7 +5,8 @@
 #   hack/images.sh binary NAME:TAG /path/to/static-binary [ENTRYPOINT ARGS...]
 #                                        one static binary in a minimal non-root (65532) image
 #                                        (AIRLOCK_IMAGE_OUT=FILE: also copy its tarball and .digest to FILE)
-#   hack/images.sh all                   pause + sandbox
+#   hack/images.sh all                   pause + sandbox (with the cluster down: built now, imported by `up`)
+#   hack/images.sh import-pending        import what was built while the cluster was down (`up` runs it)
 #   hack/images.sh ref pause|sandbox     print the image reference the cluster uses
 # Images are cached as OCI tarballs under ${AIRLOCK_CACHE}/images/<name>/<recipe hash>/image.tar and imported
 # with `ctr -n k8s.io images import` when the cluster's containerd runs (skipped if the same digest is there).
@@ -33,6 +34,19 @@ new_layout() {
 	umoci new --image "$1:$2"
 }
 
+# Images built while the cluster was down, one "TAR NAME TAG" a line; imported by `import-pending`.
+PENDING="${AIRLOCK_CACHE}/images/pending-imports"
+
+# import_pending imports what was built while the cluster was down (and still exists), then forgets it.
+import_pending() {
+	[[ -s "${PENDING}" ]] || return 0
+	local tar name tag
+	while read -r tar name tag; do
+		[[ -f "${tar}" && -f "${tar}.digest" ]] && import_tar "${tar}" "${name}" "${tag}"
+	done <"${PENDING}"
+	rm -f "${PENDING}"
+}
+
 # finish_layout LAYOUT TAG OUT_TAR: tar the layout (what `ctr images import` reads), record the manifest digest.
 finish_layout() {
 	local lay="$1" tag="$2" out="$3"
@@ -46,7 +60,14 @@ finish_layout() {
 import_tar() {
 	local tar="$1" name="$2" tag="$3" want have
 	[[ "${AIRLOCK_IMAGES_NO_IMPORT:-}" == 1 ]] && { log "built ${tar} (not imported)"; return 0; }
-	[[ -S "${CONTAINERD_SOCK}" ]] || die "the local cluster's containerd is not running (${CONTAINERD_SOCK}): run hack/local-cluster.sh up, or set AIRLOCK_IMAGES_NO_IMPORT=1"
+	if [[ ! -S "${CONTAINERD_SOCK}" ]]; then
+		[[ "${AIRLOCK_IMAGES_DEFER_IMPORT:-}" == 1 ]] || die "the local cluster's containerd is not running (${CONTAINERD_SOCK}): run hack/local-cluster.sh up, or set AIRLOCK_IMAGES_NO_IMPORT=1"
+		# Built while the cluster is down: `hack/local-cluster.sh up` imports it (import-pending).
+		mkdir -p "$(dirname "${PENDING}")"
+		grep -qxF "${tar} ${name} ${tag}" "${PENDING}" 2>/dev/null || echo "${tar} ${name} ${tag}" >>"${PENDING}"
+		log "built ${tar}; the local cluster is down, so it is imported when it comes up"
+		return 0
+	fi
 	want="$(cat "${tar}.digest")"
 	have="$("${CTR[@]}" images ls "name==${name}:${tag}" 2>/dev/null | awk 'NR > 1 { print $3 }')"
 	if [[ "${have}" == "${want}" ]]; then log "${name}:${tag} already imported (${want:0:19})"; return 0; fi
@@ -223,13 +244,14 @@ ref_of() {
 	esac
 }
 
-[[ $# -ge 1 ]] || die "usage: hack/images.sh pause|sandbox [RECIPE_DIR]|binary NAME:TAG BINARY [ARGS...]|all|ref NAME"
+[[ $# -ge 1 ]] || die "usage: hack/images.sh pause|sandbox [RECIPE_DIR]|binary NAME:TAG BINARY [ARGS...]|all|import-pending|ref NAME"
 cmd="$1"; shift
 case "${cmd}" in
 	pause) build_pause ;;
 	sandbox) build_sandbox "$@" ;;
 	binary) build_binary "$@" ;;
-	all) build_pause; build_sandbox ;;
+	all) AIRLOCK_IMAGES_DEFER_IMPORT=1; build_pause; build_sandbox ;;
+	import-pending) import_pending ;;
 	ref) ref_of "$1" ;;
 	*) die "unknown command ${cmd}" ;;
 esac

@@ -25,6 +25,14 @@ RULE_PRIO=100               # after the local table (0), before main (32766)
 APISERVER="https://${NODE_IP}:6443"
 COREDNS_IMAGE="localhost/airlock/coredns:${COREDNS_VERSION}"
 
+# Cluster traffic never goes through a proxy: every daemon, kubectl, curl and test client started from here or
+# from `env` bypasses any HTTP(S)_PROXY for loopback, the node, and the pod, service and cluster ranges (Go and
+# curl both accept CIDRs in NO_PROXY). Whatever the caller had in NO_PROXY is kept.
+CLUSTER_NO_PROXY="127.0.0.0/8,localhost,::1,${NODE_IP},${POD_CIDR},${CLUSTER_CIDR},${SERVICE_CIDR},.svc,.cluster.local"
+NO_PROXY="${CLUSTER_NO_PROXY}${NO_PROXY:+,${NO_PROXY}}"
+no_proxy="${CLUSTER_NO_PROXY}${no_proxy:+,${no_proxy}}"
+export NO_PROXY no_proxy
+
 PKI="${CLUSTER_DIR}/pki"
 KCFG="${CLUSTER_DIR}/kubeconfig"
 CFG="${CLUSTER_DIR}/config"
@@ -144,6 +152,14 @@ snapshot_host() {
 	touch "${HOSTSNAP}/complete"
 }
 
+# The sysctls as the cluster left them once it was up: `down` restores only values nobody changed since.
+record_sysctls_up() {
+	local k v
+	for k in "${SYSCTLS[@]}"; do
+		if v="$(sysctl -n "${k}" 2>/dev/null)"; then printf '%s=%s\n' "${k}" "${v}"; fi
+	done >"${HOSTSNAP}/sysctls.up"
+}
+
 # Top-level cgroups of every mounted hierarchy (the kubelet adds kubepods/ to each).
 cgroup_children() {
 	local h
@@ -208,53 +224,113 @@ teardown_network() {
 	ip route del "${SERVICE_CIDR}" 2>/dev/null || true
 }
 
-# Undo every iptables change made since the snapshot: delete rules that were not there before (exact
-# iptables-save lines, counting duplicates), then flush and delete chains that were not there before.
+# What counts as ours on the host: names the daemons `up` starts give to what they create (kubelet and kube-proxy:
+# KUBE-*, kube-router: KUBE-* chains and KUBE-*/kube-router-* ipsets, CNI plugins: CNI-*), and only if it was not
+# there before `up`. `down` removes exactly those; anything else that appeared meanwhile belongs to another
+# program and is left alone (and reported).
+OUR_CHAINS_RE='^(KUBE-|CNI-)'
+OUR_IPSETS_RE='^(KUBE-|kube-router-|inet6:KUBE-|inet6:kube-router-)'
+OUR_CGROUPS=(kubepods kubepods.slice)
+IPTABLES_NFT_TABLES="filter nat mangle raw security"   # the tables iptables-nft creates on first use
+
+# Undo our iptables changes: delete rules that were not there before (exact iptables-save lines, counting
+# duplicates) and that live in one of our new chains or jump to one, then flush and delete our new chains.
 restore_iptables() {
 	local b="$1" before="${HOSTSNAP}/$1.rules"
 	command -v "${b}-save" >/dev/null && [[ -f "${before}" ]] || return 0
 	local now; now="$("${b}-save" 2>/dev/null)" || return 0
 	[[ -n "${now}" ]] || return 0
 	local script
-	script="$(awk -v before="${before}" '
+	script="$(awk -v before="${before}" -v ours="${OUR_CHAINS_RE}" -v backend="${b}" '
 		BEGIN { while ((getline l < before) > 0) { if (l ~ /^\*/) t = substr(l, 2); else if (l ~ /^:/) { split(substr(l, 2), a, " "); oldchain[t SUBSEP a[1]] = 1 } else if (l ~ /^-A /) oldrule[t SUBSEP l]++ } }
 		/^\*/ { t = substr($0, 2); tables[++nt] = t; next }
-		/^:/ { c = substr($1, 2); if ($2 != "-") oldchain[t SUBSEP c] = 1; else if (!((t SUBSEP c) in oldchain)) newchains[t] = newchains[t] " " c; next }
-		/^-A / { split($0, a, " "); if ((t SUBSEP a[2]) in oldchain) { if (oldrule[t SUBSEP $0] > 0) oldrule[t SUBSEP $0]--; else dels[t] = dels[t] "\n" "-D" substr($0, 3) } }
-		END { for (i = 1; i <= nt; i++) { t = tables[i]; if (dels[t] == "" && newchains[t] == "") continue
-			print "*" t; if (dels[t] != "") print substr(dels[t], 2)
-			n = split(newchains[t], cs, " "); for (j = 1; j <= n; j++) print "-F " cs[j]; for (j = 1; j <= n; j++) print "-X " cs[j]
-			print "COMMIT" } }' <<<"${now}")"
+		/^:/ { c = substr($1, 2); if (c ~ ours && !((t SUBSEP c) in oldchain)) { mine[t SUBSEP c] = 1; newchains[t] = newchains[t] " " c }; next }
+		/^-A / { rules[t] = rules[t] "\n" $0; next }
+		END { for (i = 1; i <= nt; i++) { t = tables[i]; n = split(substr(rules[t], 2), rs, "\n"); dels = ""
+				for (j = 1; j <= n; j++) { r = rs[j]; na = split(r, a, " ")
+					if (oldrule[t SUBSEP r] > 0) { oldrule[t SUBSEP r]--; continue }
+					if ((t SUBSEP a[2]) in mine) continue   # flushed with its chain
+					target = ""; for (k = 3; k < na; k++) if (a[k] == "-j" || a[k] == "-g") target = a[k + 1]
+					if ((t SUBSEP target) in mine) dels = dels "\n-D" substr(r, 3)
+					else printf "not ours, left alone (%s %s): %s\n", backend, t, r > "/dev/stderr" }
+			if (dels == "" && newchains[t] == "") continue
+			print "*" t; if (dels != "") print substr(dels, 2)
+			m = split(newchains[t], cs, " "); for (j = 1; j <= m; j++) print "-F " cs[j]; for (j = 1; j <= m; j++) print "-X " cs[j]
+			print "COMMIT" } }' <<<"${now}" 2> >(while read -r l; do log "${l}"; done))"
 	[[ -n "${script}" ]] || return 0
 	"${b}-restore" --noflush <<<"${script}" || log "warning: ${b}-restore could not undo everything (see ${b}-save)"
+}
+
+# nft_table_empty FAMILY NAME: the table holds no rule, set or map (iptables-nft leaves its base chains).
+nft_table_empty() {
+	local out; out="$(nft list table "$1" "$2" 2>/dev/null)" || return 1
+	! grep -qE '^\s+(set|map|flowtable) |^\s+(ip|ip6|meta|tcp|udp|ct|counter|jump|goto|accept|drop|reject|iifname|oifname|mark|fib)\b' <<<"${out}"
 }
 
 restore_host() {
 	[[ -f "${HOSTSNAP}/complete" ]] || return 0
 	local b
 	for b in "${IPTABLES_BACKENDS[@]}"; do restore_iptables "${b}"; done
-	# nft tables that appeared (iptables-nft creates ip filter/nat/... on first use): they are empty now.
-	local t
-	while read -r t; do
-		[[ -n "${t}" ]] && ! grep -qxF "${t}" "${HOSTSNAP}/nft-tables" && { nft "delete ${t}" || log "warning: could not delete nft ${t}"; }
+	# nft tables that appeared: kube-proxy's own by name; iptables-nft's (ip filter/nat/...) only if nothing is
+	# left in them once our rules are gone (another program may have put rules there meanwhile); others never.
+	local fam name
+	while read -r _ fam name; do
+		[[ -n "${name}" ]] || continue
+		grep -qxF "table ${fam} ${name}" "${HOSTSNAP}/nft-tables" && continue
+		if [[ "${name}" == kube-proxy ]] || { [[ " ${IPTABLES_NFT_TABLES} " == *" ${name} "* ]] && nft_table_empty "${fam}" "${name}"; }; then
+			nft delete table "${fam}" "${name}" || log "warning: could not delete nft table ${fam} ${name}"
+		else
+			log "nft table ${fam} ${name} appeared but holds rules that are not ours: left alone"
+		fi
 	done < <(nft list tables 2>/dev/null)
 	local s
 	while read -r s; do
-		[[ -n "${s}" ]] && ! grep -qxF "${s}" "${HOSTSNAP}/ipsets" && { ipset destroy "${s}" 2>/dev/null || log "warning: ipset ${s} is still in use"; }
+		[[ -n "${s}" ]] && ! grep -qxF "${s}" "${HOSTSNAP}/ipsets" || continue
+		if [[ "${s}" =~ ${OUR_IPSETS_RE} ]]; then
+			ipset destroy "${s}" 2>/dev/null || log "warning: ipset ${s} is still in use"
+		else
+			log "ipset ${s} appeared but is not ours: left alone"
+		fi
 	done < <(ipset list -n 2>/dev/null)
-	local kv k v
+	# Sysctls: put back the value from before `up` only while it still holds what the cluster set (recorded
+	# once the node was Ready); a value someone else changed since is theirs.
+	local kv k v set cur
 	while IFS= read -r kv; do
 		k="${kv%%=*}" v="${kv#*=}"
-		[[ "$(sysctl -n "${k}" 2>/dev/null)" == "${v}" ]] || sysctl -qw "${k}=${v}" || log "warning: could not restore ${k}"
+		cur="$(sysctl -n "${k}" 2>/dev/null)" || continue
+		[[ "${cur}" == "${v}" ]] && continue
+		set="$(sed -n "s|^${k}=||p" "${HOSTSNAP}/sysctls.up" 2>/dev/null)"
+		if [[ ! -f "${HOSTSNAP}/sysctls.up" || "${cur}" == "${set}" ]]; then
+			sysctl -qw "${k}=${v}" || log "warning: could not restore ${k}"
+		else
+			log "sysctl ${k} changed to ${cur} by something else since the cluster set ${set}: left alone"
+		fi
 	done <"${HOSTSNAP}/sysctls"
 	local c
 	while read -r c; do
 		grep -qxF "${c}" "${HOSTSNAP}/cgroups" && continue
-		find "${c}" -depth -type d -exec rmdir {} + 2>/dev/null || log "warning: cgroup ${c} is not empty"
+		if [[ " ${OUR_CGROUPS[*]} " == *" $(basename "${c}") "* ]]; then
+			find "${c}" -depth -type d -exec rmdir {} + 2>/dev/null || log "warning: cgroup ${c} is not empty"
+		else
+			log "cgroup ${c} appeared but is not ours: left alone"
+		fi
 	done < <(cgroup_children)
 	local p
 	for p in "${HOST_PATHS[@]}"; do
 		[[ -e "${p}" ]] && ! grep -qxF "${p}" "${HOSTSNAP}/paths" && remove_tree "${p}"
+	done
+	return 0
+}
+
+# The e2e suite's own test hosts (netns + veth named airlock-e2e-*): a test killed by `go test -timeout` has
+# no chance to remove them.
+sweep_e2e_leftovers() {
+	local l n
+	for l in $(ip -o link show 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1 | grep '^airlock-e2e-' || true); do
+		ip link del "${l}" 2>/dev/null && log "removed e2e leftover link ${l}"
+	done
+	for n in $(ip netns list 2>/dev/null | awk '{ print $1 }' | grep '^airlock-e2e-' || true); do
+		ip netns del "${n}" 2>/dev/null && log "removed e2e leftover netns ${n}"
 	done
 	return 0
 }
@@ -556,6 +632,7 @@ cmd_up() {
 	phase containerd
 	"${HACK_DIR}/images.sh" pause
 	if [[ "${AIRLOCK_CLUSTER_SANDBOX_IMAGE:-1}" == 1 ]]; then "${HACK_DIR}/images.sh" sandbox; fi
+	"${HACK_DIR}/images.sh" import-pending
 	phase images
 	start_kubelet
 	start_network_daemons
@@ -563,6 +640,7 @@ cmd_up() {
 	phase node
 	start_dns
 	phase dns
+	record_sysctls_up
 	log "cluster up in $((SECONDS - t0))s (${TIMINGS[*]}); node ${NODE_NAME} Ready at ${NODE_IP}"
 	printf '%s up %s\n' "$(date -Is)" "${TIMINGS[*]}" >>"${LOGS}/timings"
 	log "use it with: eval \"\$(hack/local-cluster.sh env)\""
@@ -584,6 +662,7 @@ cmd_down() {
 	unmount_under "${CLUSTER_DIR}" || true
 	local ns
 	for ns in /run/netns/cni-*; do [[ -e "${ns}" ]] && { umount "${ns}" 2>/dev/null; rm -f "${ns}"; }; done
+	sweep_e2e_leftovers
 	teardown_network
 	restore_host
 	# Runtime state goes; certificates, kubeconfigs and containerd's image store stay for the next `up`.
@@ -616,6 +695,7 @@ cmd_env() {
 	export CRI_CONFIG_FILE=${CLUSTER_RUN_DIR}/crictl.yaml
 	export CONTAINERD_ADDRESS=${CONTAINERD_SOCK}
 	export CONTAINERD_NAMESPACE=k8s.io
+	export NO_PROXY=${NO_PROXY} no_proxy=${no_proxy}
 	export AIRLOCK_E2E_NODE_IP=${NODE_IP} AIRLOCK_E2E_POD_CIDR=${POD_CIDR} AIRLOCK_E2E_POD_ROUTE_TABLE=${ROUTE_TABLE}
 	EOF
 }
