@@ -1,6 +1,6 @@
 // Command airlock administers the exec gateway: tenants and their API keys.
 //
-//	airlock tenant create NAME [--max-sandboxes 20] [--templates-from NS]
+//	airlock tenant create NAME [--max-sandboxes 20] [--templates-from NS] [--adopt]
 //	airlock keys create --tenant T [--name X]     (prints the key once)
 //	airlock keys list
 //	airlock keys revoke ID [--delete]
@@ -29,9 +29,14 @@ import (
 const usage = `Usage: airlock <command> [flags]
 
 Commands:
-  tenant create NAME [--max-sandboxes N] [--templates-from NS]
-        create a tenant namespace (Pod Security "restricted", a quota of N sandboxes)
-  keys create --tenant T [--name X]   create an API key for tenant T; the key is printed once
+  tenant create NAME [--max-sandboxes N] [--templates-from NS] [--adopt]
+        create a tenant namespace (label sandbox.airlock.dev/tenant=true, Pod Security "restricted", a quota
+        of N sandboxes) and the RoleBinding that lets the gateway exec there, and only there; an existing
+        namespace that is not a tenant needs --adopt. The gateway's names default to those of config/default
+        and of a Helm release named airlock (its NOTES print the command for other names):
+        --gateway-service-account airlock-gateway, --gateway-namespace (= --key-namespace),
+        --exec-cluster-role airlock-gateway-exec
+  keys create --tenant T [--name X]   create an API key for tenant T (a tenant namespace); printed once
   keys list                           list keys (never the keys themselves)
   keys revoke ID [--delete]           revoke a key (mark it revoked, or delete its Secret)
 
@@ -60,6 +65,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	maxSandboxes := fs.Int64("max-sandboxes", 20, "most sandboxes the tenant may have at once")
 	templatesFrom := fs.String("templates-from", "", "copy the SandboxTemplates of this namespace into the tenant")
 	remove := fs.Bool("delete", false, "delete the key's Secret instead of marking it revoked")
+	adopt := fs.Bool("adopt", false, "make an existing namespace a tenant (the gateway may then exec into every pod in it)")
+	gatewaySA := fs.String("gateway-service-account", admin.DefaultGatewayServiceAccount, "the gateway's ServiceAccount, given pods/exec in the tenant")
+	gatewayNS := fs.String("gateway-namespace", "", "namespace of the gateway's ServiceAccount (default: --key-namespace)")
+	execRole := fs.String("exec-cluster-role", admin.DefaultExecClusterRole, "ClusterRole with the gateway's exec permission, bound in the tenant")
 	// Positional arguments may come before flags: parse, then parse what remains.
 	var pos []string
 	rest := args[2:]
@@ -83,9 +92,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case cmd == "tenant create" && len(pos) == 1:
-		err = admin.CreateTenant(ctx, c, pos[0], admin.TenantOptions{MaxSandboxes: *maxSandboxes, TemplatesFrom: *templatesFrom})
+		if *gatewayNS == "" {
+			*gatewayNS = *keyNS // keys live in the gateway's own namespace
+		}
+		err = admin.CreateTenant(ctx, c, pos[0], admin.TenantOptions{MaxSandboxes: *maxSandboxes, TemplatesFrom: *templatesFrom,
+			Adopt: *adopt, GatewayServiceAccount: *gatewaySA, GatewayNamespace: *gatewayNS, ExecClusterRole: *execRole})
 		if err == nil {
-			fmt.Fprintf(stdout, "tenant %s ready: at most %d sandboxes\n", pos[0], *maxSandboxes)
+			fmt.Fprintf(stdout, "tenant %s ready: at most %d sandboxes; gateway %s/%s may exec there\n", pos[0], *maxSandboxes, *gatewayNS, *gatewaySA)
 		}
 	case cmd == "keys create" && len(pos) == 0 && *tenant != "":
 		var key, id string

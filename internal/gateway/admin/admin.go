@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,14 +24,27 @@ import (
 )
 
 const (
-	// LabelTenant marks a namespace as a gateway tenant.
-	LabelTenant = "sandbox.airlock.dev/tenant"
+	// LabelTenant ("true") marks a namespace as a gateway tenant; the gateway refuses keys of other namespaces.
+	LabelTenant = auth.LabelTenant
 	// QuotaName is the tenant's ResourceQuota.
 	QuotaName = "airlock-sandboxes"
 	// QuotaResource is the object-count quota on Sandboxes. The API server's quota admission checks and
 	// increments it atomically, so racing creates can never exceed it.
 	QuotaResource corev1.ResourceName = "count/sandboxes.sandbox.airlock.dev"
+	// ExecBindingName is the tenant's RoleBinding that lets the gateway exec there; the chart names it the same
+	// (templates/gateway/rbac.yaml), so the CLI and the chart manage one object.
+	ExecBindingName = "airlock-gateway-exec"
 )
+
+// Defaults of the gateway's identity, as the chart (release "airlock") and config/gateway name it.
+const (
+	DefaultGatewayServiceAccount = "airlock-gateway"
+	DefaultGatewayNamespace      = "airlock-system"
+	DefaultExecClusterRole       = "airlock-gateway-exec"
+)
+
+// ErrNotTenant is returned for a namespace that exists but does not carry LabelTenant.
+var ErrNotTenant = errors.New("not an Airlock tenant")
 
 // TenantOptions configure CreateTenant.
 type TenantOptions struct {
@@ -37,10 +52,19 @@ type TenantOptions struct {
 	// TemplatesFrom, if set, is a namespace whose SandboxTemplates are copied into the tenant (templates are
 	// namespaced, and the gateway's default template must exist in each tenant).
 	TemplatesFrom string
+	// Adopt makes an existing namespace that is not yet a tenant one. Without it such a namespace is refused:
+	// becoming a tenant lets the gateway exec into every pod there.
+	Adopt bool
+	// GatewayServiceAccount and GatewayNamespace name the gateway's ServiceAccount, which gets pods/exec in the
+	// tenant through a RoleBinding (ExecBindingName) to the ClusterRole ExecClusterRole. An empty
+	// GatewayServiceAccount creates no binding (a gateway that runs with other credentials, as in tests).
+	GatewayServiceAccount string
+	GatewayNamespace      string
+	ExecClusterRole       string
 }
 
 // CreateTenant creates (or updates) the tenant's namespace with the restricted Pod Security Standard
-// enforced, audited and warned, and its sandbox quota.
+// enforced, audited and warned, the gateway's exec RoleBinding and the sandbox quota.
 func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOptions) error {
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 		return fmt.Errorf("tenant name %q: %s", name, errs[0])
@@ -48,7 +72,31 @@ func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOpt
 	if o.MaxSandboxes < 0 {
 		return errors.New("max sandboxes must not be negative")
 	}
+	if o.GatewayServiceAccount != "" && (o.GatewayNamespace == "" || o.ExecClusterRole == "") {
+		return errors.New("the gateway's exec binding needs its namespace and ClusterRole")
+	}
+	// The gateway may exec into every pod of a tenant: never its own namespace (the gateway and the manager run
+	// there) nor Kubernetes' own.
+	if name == o.GatewayNamespace || strings.HasPrefix(name, "kube-") {
+		return fmt.Errorf("namespace %s cannot be a tenant: the gateway could exec into its system pods; pick another name", name)
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	switch err := c.Get(ctx, client.ObjectKeyFromObject(ns), ns); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("namespace %s: %w", name, err)
+	case ns.Labels[LabelTenant] != "true" && !o.Adopt:
+		return fmt.Errorf("namespace %s already exists and is %w (no label %s=true): "+
+			"pass --adopt to make it one (the gateway may then exec into every pod in it), or pick a new name", name, ErrNotTenant, LabelTenant)
+	}
+	if o.GatewayServiceAccount != "" {
+		// A binding to a missing ClusterRole grants nothing, silently: say so now instead.
+		if err := c.Get(ctx, client.ObjectKey{Name: o.ExecClusterRole}, &rbacv1.ClusterRole{}); err != nil {
+			return fmt.Errorf("ClusterRole %s (the gateway's exec permission): %w; install Airlock first "+
+				"(Helm or config/default), or name it with --exec-cluster-role (Helm: <release>-airlock-gateway-exec)", o.ExecClusterRole, err)
+		}
+	}
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if _, err := createOrUpdate(ctx, c, ns, func() {
 		if ns.Labels == nil {
 			ns.Labels = map[string]string{}
@@ -59,6 +107,11 @@ func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOpt
 		}
 	}); err != nil {
 		return fmt.Errorf("namespace %s: %w", name, err)
+	}
+	if o.GatewayServiceAccount != "" {
+		if err := bindExec(ctx, c, name, o); err != nil {
+			return err
+		}
 	}
 	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: QuotaName, Namespace: name}}
 	if _, err := createOrUpdate(ctx, c, q, func() {
@@ -84,6 +137,24 @@ func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOpt
 	return nil
 }
 
+// bindExec creates the RoleBinding that gives the gateway pods/exec in tenant ns, and only there.
+func bindExec(ctx context.Context, c client.Client, ns string, o TenantOptions) error {
+	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: o.ExecClusterRole}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ExecBindingName, Namespace: ns}}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(rb), rb); err == nil && rb.RoleRef != ref {
+		// roleRef is immutable: an update could not fix it.
+		return fmt.Errorf("RoleBinding %s/%s refers to %s %s, not ClusterRole %s: delete it, or pass --exec-cluster-role %s",
+			ns, ExecBindingName, rb.RoleRef.Kind, rb.RoleRef.Name, o.ExecClusterRole, rb.RoleRef.Name)
+	}
+	if _, err := createOrUpdate(ctx, c, rb, func() {
+		rb.RoleRef = ref
+		rb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: o.GatewayServiceAccount, Namespace: o.GatewayNamespace}}
+	}); err != nil {
+		return fmt.Errorf("exec RoleBinding in %s: %w", ns, err)
+	}
+	return nil
+}
+
 // createOrUpdate gets obj, applies mutate and creates or updates it.
 func createOrUpdate(ctx context.Context, c client.Client, obj client.Object, mutate func()) (created bool, err error) {
 	err = c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
@@ -103,6 +174,12 @@ func CreateKey(ctx context.Context, c client.Client, keyNamespace, tenant, name 
 	var ns corev1.Namespace
 	if err := c.Get(ctx, types.NamespacedName{Name: tenant}, &ns); err != nil {
 		return "", "", fmt.Errorf("tenant %s: %w (create it with `airlock tenant create %s`)", tenant, err, tenant)
+	}
+	// The gateway refuses keys of namespaces without the label; refusing here keeps keys from being made for
+	// a namespace by mistake.
+	if ns.Labels[LabelTenant] != "true" {
+		return "", "", fmt.Errorf("namespace %s is %w (no label %s=true): make it one with `airlock tenant create %s --adopt`",
+			tenant, ErrNotTenant, LabelTenant, tenant)
 	}
 	key, id, err = auth.NewKey()
 	if err != nil {
