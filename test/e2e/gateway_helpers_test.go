@@ -106,6 +106,14 @@ func (g *gatewayProc) stop() {
 	}
 }
 
+// resetPeak resets the gateway's peak resident memory (VmHWM) to its current RSS, so that a later peak
+// measures what happened since, not the start-up or an earlier test.
+func (g *gatewayProc) resetPeak(t testing.TB) {
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", g.cmd.Process.Pid), []byte("5"), 0); err != nil {
+		t.Fatalf("resetting the gateway's peak RSS: %v", err)
+	}
+}
+
 // rss returns the gateway's current and peak resident memory from /proc.
 func (g *gatewayProc) rss(t testing.TB) (now, peak int64) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
