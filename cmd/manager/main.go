@@ -54,6 +54,8 @@ func run() error {
 	fs.IntVar(&workers, "workers", 8, "How many sandboxes are reconciled concurrently.")
 	fs.IntVar(&qps, "kube-api-qps", 200, "Queries per second the manager may send to the API server.")
 	fs.IntVar(&burst, "kube-api-burst", 400, "Burst of queries the manager may send to the API server.")
+	var guard webhookFlags
+	guard.bind(fs)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	flag.Usage = func() {
@@ -68,6 +70,10 @@ func run() error {
 	}
 	if defaults.Timeout <= 0 {
 		return fmt.Errorf("--default-timeout must be positive, got %s", defaults.Timeout)
+	}
+	webhookServer, err := guard.server()
+	if err != nil {
+		return err
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
@@ -91,6 +97,7 @@ func run() error {
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "manager.sandbox.airlock.dev",
 		Cache:                  controller.CacheOptions(),
+		WebhookServer:          webhookServer,
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
@@ -112,6 +119,9 @@ func run() error {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up controller: %w", err)
+	}
+	if err := guard.setup(mgr); err != nil {
+		return fmt.Errorf("setting up exec webhook: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
