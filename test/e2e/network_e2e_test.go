@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,45 +17,65 @@ import (
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 )
 
-// TestNetworkIsolation probes real traffic from inside sandboxes. Every destination is first shown reachable
-// (from the node, or from a sandbox whose policy allows it), so a BLOCKED result is the policy's doing.
+// TestNetworkIsolation probes real traffic from inside sandboxes. Every destination has a positive control in
+// the same run: it is reached from the node (it listens), and from a sandbox whose policy allows it (the path
+// from a pod works), so a BLOCKED result is the policy's doing.
 func TestNetworkIsolation(t *testing.T) {
 	startTestHosts(t)
 	ns := newTenant(t)
 	targetIP := startTargetPod(t)
-	if c, err := net.DialTimeout("tcp", net.JoinHostPort(targetIP, "8080"), 2*time.Second); err != nil {
-		t.Fatalf("positive control: the target pod is not reachable from the node: %v", err)
-	} else {
-		c.Close()
-	}
-
-	createSandbox(t, ns, "none")
-	createSandbox(t, ns, "allow-inet", withNetwork(airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted,
-		Egress: []airlockv1.EgressRule{{CIDR: internetIP + "/32", Ports: []airlockv1.EgressPort{{Port: 80}}}}}))
-	createSandbox(t, ns, "allow-meta", withNetwork(airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted,
-		Egress: []airlockv1.EgressRule{{CIDR: metadataIP + "/32"}}}))
-	for _, n := range []string{"none", "allow-inet", "allow-meta"} {
-		waitReady(t, ns, n)
-	}
 
 	type dest struct {
 		name string
 		host string
 		port int
+		// fromNode: the test, on the node, can connect (so something listens there).
+		fromNode bool
 	}
 	dests := []dest{
-		{"another pod", targetIP, 8080},
-		{"the API server's service IP", "10.96.0.1", 443},
-		{"the node's API server", nodeIP, 6443},
-		{"the node's kubelet", nodeIP, 10250},
-		{"the internet stand-in", internetIP, 80},
-		{"the metadata stand-in", metadataIP, 80},
+		{"another pod", targetIP, 8080, true},
+		{"the API server's service IP", "10.96.0.1", 443, true},
+		{"the node's API server", nodeIP, 6443, true},
+		{"the node's kubelet", nodeIP, 10250, true},
+		{"the internet stand-in", internetIP, 80, false}, // routed only from the pod bridge
+		{"the metadata stand-in", metadataIP, 80, false},
 	}
+	for _, d := range dests {
+		if !d.fromNode {
+			continue
+		}
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(d.host, strconv.Itoa(d.port)), 2*time.Second)
+		if err != nil {
+			t.Fatalf("positive control: %s (%s:%d) is not reachable from the node: %v", d.name, d.host, d.port, err)
+		}
+		c.Close()
+	}
+
+	restricted := func(cidr string, ports ...int32) func(*airlockv1.Sandbox) {
+		r := airlockv1.EgressRule{CIDR: cidr}
+		for _, p := range ports {
+			r.Ports = append(r.Ports, airlockv1.EgressPort{Port: p})
+		}
+		return withNetwork(airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted, Egress: []airlockv1.EgressRule{r}})
+	}
+	createSandbox(t, ns, "none")
+	createSandbox(t, ns, "allow-inet", restricted(internetIP+"/32", 80))
+	createSandbox(t, ns, "allow-meta", restricted(metadataIP+"/32"))
+	createSandbox(t, ns, "allow-pods", restricted(targetIP+"/32", 8080))
+	// The API server on the node, by its own port (the kubelet's stays closed, so the network gate still passes):
+	// reached directly and through the service IP, which kube-proxy translates to it.
+	createSandbox(t, ns, "allow-api", restricted(nodeIP+"/32", 6443))
 	want := map[string]map[string]bool{ // sandbox -> destination -> open
 		"none":       {},
 		"allow-inet": {"the internet stand-in": true},
 		"allow-meta": {"the metadata stand-in": true},
+		"allow-pods": {"another pod": true},
+		"allow-api":  {"the API server's service IP": true, "the node's API server": true},
 	}
+	for n := range want {
+		waitReady(t, ns, n)
+	}
+	controlled := map[string]bool{}
 	for sbx, open := range want {
 		for _, d := range dests {
 			got, detail := probe(t, ns, sbx, d.host, d.port)
@@ -62,6 +83,16 @@ func TestNetworkIsolation(t *testing.T) {
 			if got != open[d.name] {
 				t.Errorf("sandbox %s to %s (%s:%d): open=%v, want %v (%s)", sbx, d.name, d.host, d.port, got, open[d.name], detail)
 			}
+			if got {
+				controlled[d.name] = true
+			}
+		}
+	}
+	// The kubelet's port cannot be opened to a sandbox without defeating the gate: its control is the node's.
+	controlled["the node's kubelet"] = true
+	for _, d := range dests {
+		if !controlled[d.name] {
+			t.Errorf("no sandbox reached %s although its policy allowed it: the blocked results prove nothing", d.name)
 		}
 	}
 }

@@ -1,0 +1,64 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+)
+
+// TestIntegrationTTLExpiryDeletesSandbox drives the hard expiry with the injected clock instead of real
+// seconds: a 30-minute sandbox lives through 29 minutes of (fake) time, and one step past its expiry it is
+// marked Expired and deleted with its pod and policy. Only the reconciler's sense of "now" is faked; the API
+// server's creation timestamp is real, which is why the fake clock starts at the real time.
+func TestIntegrationTTLExpiryDeletesSandbox(t *testing.T) {
+	_, c := startEnv(t)
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	startManager(t, managerOptions{clock: clk})
+	ctx, g := context.Background(), NewWithT(t)
+	ns := newNamespace(t, c)
+	g.Expect(c.Create(ctx, makeSandbox(ns, "short").image("img:1").timeout(30*time.Minute).obj())).To(Succeed())
+	pod, _ := getPodAndPolicy(t, c, ns, "short")
+	markPodRunning(t, c, pod, 0)
+	g.Eventually(func() airlockv1.SandboxPhase { return getSandbox(t, c, ns, "short").Status.Phase }).
+		WithTimeout(waitLong).Should(Equal(airlockv1.PhaseReady))
+	expires := getSandbox(t, c, ns, "short").Status.ExpiresAt
+	g.Expect(expires).NotTo(BeNil())
+
+	// nudge makes the reconciler look again now (its RequeueAfter runs on the real clock).
+	nudge := func(n string) {
+		t.Helper()
+		s := getSandbox(t, c, ns, "short")
+		patch := client.MergeFrom(s.DeepCopy())
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations["test.airlock.dev/nudge"] = n
+		g.Expect(c.Patch(ctx, s, patch)).To(Succeed())
+	}
+
+	clk.SetTime(expires.Add(-time.Minute))
+	nudge("1")
+	g.Consistently(func(g Gomega) {
+		s := getSandbox(t, c, ns, "short")
+		g.Expect(s.DeletionTimestamp).To(BeNil())
+		g.Expect(s.Status.Phase).To(Equal(airlockv1.PhaseReady))
+	}).WithTimeout(2 * time.Second).Should(Succeed())
+
+	clk.SetTime(expires.Add(time.Second))
+	nudge("2")
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(c.Get(ctx, key(ns, "short"), &airlockv1.Sandbox{}))
+	}).WithTimeout(waitLong).WithPolling(100 * time.Millisecond).Should(BeTrue())
+	g.Expect(c.Get(ctx, key(ns, "short"), &corev1.Pod{})).To(MatchError(apierrors.IsNotFound, "IsNotFound"))
+	g.Expect(c.Get(ctx, key(ns, "short"), &networkingv1.NetworkPolicy{})).To(MatchError(apierrors.IsNotFound, "IsNotFound"))
+	g.Eventually(func() []string { return eventReasons(t, c, ns, "short") }).WithTimeout(waitLong).Should(ContainElements("Expired", "Deleted"))
+}
