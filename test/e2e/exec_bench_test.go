@@ -82,8 +82,10 @@ func BenchmarkExecTrue(b *testing.B) {
 		errs := make(chan error, 20)
 		for range 20 {
 			wg.Go(func() {
-				status, res := g.call(b, key, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"argv": []string{"true"}})
-				if status != http.StatusOK {
+				status, res, err := g.try(key, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"argv": []string{"true"}})
+				if err != nil {
+					errs <- err
+				} else if status != http.StatusOK {
 					errs <- fmt.Errorf("status %d %v", status, res)
 				}
 			})

@@ -25,7 +25,7 @@ func TestGatewayAgentLoop(t *testing.T) {
 	if status != http.StatusCreated || created["id"] == nil {
 		t.Fatalf("create: status %d %v", status, created)
 	}
-	id := created["id"].(string)
+	id := str(t, created, "id")
 	if created["status"] != "ready" {
 		t.Fatalf("create waits until Ready by default: %v", created)
 	}
@@ -35,7 +35,7 @@ func TestGatewayAgentLoop(t *testing.T) {
 		t.Fatalf("upload: status %d %s", status, body)
 	}
 	res := g.execCmd(t, key, id, "python3 solve.py", 30000)
-	if res["exit_code"] != float64(1) || !strings.Contains(res["stderr"].(string), "KeyError: 'pear'") || res["outcome"] != "exited" {
+	if res["exit_code"] != float64(1) || !strings.Contains(str(t, res, "stderr"), "KeyError: 'pear'") || res["outcome"] != "exited" {
 		t.Fatalf("want exit 1 with KeyError on stderr, got %v", res)
 	}
 	t.Logf("model sees: exit_code=%v stderr=%q", res["exit_code"], res["stderr"])
@@ -70,17 +70,17 @@ func TestGatewayTimeoutFloodAndBombs(t *testing.T) {
 	g := gateway(t)
 	_, key := gatewayTenant(t, 20)
 	_, created := g.call(t, key, "POST", "/v1/sandboxes", map[string]any{"size": "small", "timeout_minutes": 30})
-	id, _ := created["id"].(string)
+	id := str(t, created, "id")
 	if id == "" || created["status"] != "ready" {
 		t.Fatalf("create: %v", created)
 	}
 
 	res := g.execCmd(t, key, id, "sleep 1000 & sleep 1000; echo never", 2000)
-	if res["outcome"] != "timeout" || strings.Contains(res["stdout"].(string), "never") {
+	if res["outcome"] != "timeout" || strings.Contains(str(t, res, "stdout"), "never") {
 		t.Fatalf("want outcome timeout, got %v", res)
 	}
 	ps := g.execCmd(t, key, id, "ps -eo pid,comm --no-headers", 10000)
-	if strings.Contains(ps["stdout"].(string), "sleep") {
+	if strings.Contains(str(t, ps, "stdout"), "sleep") {
 		t.Fatalf("a process survived the timeout:\n%s", ps["stdout"])
 	}
 
@@ -88,7 +88,7 @@ func TestGatewayTimeoutFloodAndBombs(t *testing.T) {
 	before, _ := g.rss(t)
 	res = g.execCmd(t, key, id, "yes | head -c 100000000", 120000)
 	_, after := g.rss(t)
-	out := res["stdout"].(string)
+	out := str(t, res, "stdout")
 	t.Logf("100 MB flood: stdout_bytes=%v kept=%d truncated=%v gateway RSS %d MiB before, peak %d MiB during", res["stdout_bytes"], len(out), res["truncated"], before>>20, after>>20)
 	if res["stdout_bytes"] != float64(100_000_000) || res["truncated"] != true || res["exit_code"] != float64(0) {
 		t.Fatalf("flood result: %v", summarize(res))
@@ -101,14 +101,14 @@ func TestGatewayTimeoutFloodAndBombs(t *testing.T) {
 	}
 
 	res = g.execCmd(t, key, id, "bomb() { bomb | bomb & }; bomb", 10000)
-	t.Logf("fork bomb: outcome=%v exit=%v stderr tail %q", res["outcome"], res["exit_code"], tail(res["stderr"].(string), 200))
+	t.Logf("fork bomb: outcome=%v exit=%v stderr tail %q", res["outcome"], res["exit_code"], tail(str(t, res, "stderr"), 200))
 	if alive := g.execCmd(t, key, id, "echo alive", 30000); alive["stdout"] != "alive\n" {
 		t.Errorf("after the fork bomb the sandbox must still answer, got %v", summarize(alive))
 	}
 
 	// The memory bomb gets a sandbox of its own: if the runtime kills the whole sandbox, that is the one lost.
 	_, created = g.call(t, key, "POST", "/v1/sandboxes", map[string]any{"size": "small", "timeout_minutes": 30})
-	id, _ = created["id"].(string)
+	id = str(t, created, "id")
 	if id == "" || created["status"] != "ready" {
 		t.Fatalf("create: %v", created)
 	}
@@ -129,7 +129,7 @@ func TestGatewayTenancyAndQuota(t *testing.T) {
 	if status != http.StatusCreated {
 		t.Fatalf("create: %d %v", status, created)
 	}
-	id := created["id"].(string)
+	id := str(t, created, "id")
 	for _, req := range []struct {
 		method, path string
 		body         any
@@ -157,16 +157,23 @@ func TestGatewayTenancyAndQuota(t *testing.T) {
 	})
 	var mu sync.Mutex
 	counts := map[int]int{}
+	var callErrs []error
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Go(func() {
-			status, _ := g.call(t, keyC, "POST", "/v1/sandboxes", map[string]any{"wait": false})
+			status, _, err := g.try(keyC, "POST", "/v1/sandboxes", map[string]any{"wait": false})
 			mu.Lock()
 			counts[status]++
+			if err != nil {
+				callErrs = append(callErrs, err)
+			}
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	if len(callErrs) > 0 {
+		t.Fatalf("%d of 50 racing creates failed to complete: %v", len(callErrs), callErrs[0])
+	}
 	if counts[http.StatusCreated] != 20 || counts[http.StatusTooManyRequests] != 30 {
 		t.Fatalf("50 racing creates with a quota of 20: got %v, want 20 x 201 and 30 x 429", counts)
 	}

@@ -161,42 +161,62 @@ func gatewayTenant(t testing.TB, maxSandboxes int64) (ns, key string) {
 // call sends a JSON request to the gateway and decodes the JSON answer into a map.
 func (g *gatewayProc) call(t testing.TB, key, method, path string, body any) (int, map[string]any) {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r = bytes.NewReader(b)
-	}
-	status, raw := g.raw(t, key, method, path, "application/json", r)
-	out := map[string]any{}
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("%s %s: status %d, body is not JSON: %v: %.300s", method, path, status, err, raw)
-		}
+	status, out, err := g.try(key, method, path, body)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return status, out
 }
 
+// try is call for other goroutines than the test's: it returns errors instead of failing the test.
+func (g *gatewayProc) try(key, method, path string, body any) (int, map[string]any, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	status, raw, err := g.tryRaw(key, method, path, "application/json", r)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := map[string]any{}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return status, nil, fmt.Errorf("%s %s: status %d, body is not JSON: %w: %.300s", method, path, status, err, raw)
+		}
+	}
+	return status, out, nil
+}
+
 func (g *gatewayProc) raw(t testing.TB, key, method, path, contentType string, body io.Reader) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, g.base+path, body)
+	status, raw, err := g.tryRaw(key, method, path, contentType, body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return status, raw
+}
+
+func (g *gatewayProc) tryRaw(key, method, path, contentType string, body io.Reader) (int, []byte, error) {
+	req, err := http.NewRequest(method, g.base+path, body)
+	if err != nil {
+		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", contentType)
 	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("%s %s: reading body: %v", method, path, err)
+		return 0, nil, fmt.Errorf("%s %s: reading body: %w", method, path, err)
 	}
-	return resp.StatusCode, raw
+	return resp.StatusCode, raw, nil
 }
 
 // execCmd runs a shell command through the gateway and returns the decoded result; it fails on a non-200.
@@ -207,4 +227,14 @@ func (g *gatewayProc) execCmd(t testing.TB, key, id, command string, timeoutMS i
 		t.Fatalf("exec %q: status %d: %v", command, status, res)
 	}
 	return res
+}
+
+// str returns m[k] as a string, failing the test (not panicking) when the response lacks it.
+func str(t testing.TB, m map[string]any, k string) string {
+	t.Helper()
+	v, ok := m[k].(string)
+	if !ok {
+		t.Fatalf("response field %q is %T (%v), want a string; response: %v", k, m[k], m[k], m)
+	}
+	return v
 }

@@ -83,7 +83,10 @@ func TestHelmInstallServesAgentsAndUninstallsCleanly(t *testing.T) {
 	if status != http.StatusCreated || created["status"] != "ready" {
 		t.Fatalf("create through the in-cluster gateway: %d %v", status, created)
 	}
-	id := created["id"].(string)
+	id, ok := created["id"].(string)
+	if !ok {
+		t.Fatalf("create answered without an id: %v", created)
+	}
 	status, res := call(t, base, key, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"command": `python3 -c 'import sys; print("ok"); sys.exit(3)'`})
 	if status != http.StatusOK || res["exit_code"] != float64(3) || res["stdout"] != "ok\n" {
 		t.Fatalf("exec through the in-cluster gateway: %d %v", status, res)
