@@ -132,6 +132,22 @@ type SandboxStatus struct {
 	// +optional
 	RuntimeClassName string `json:"runtimeClassName,omitempty"`
 
+	// RuntimeHandler is the handler of that runtime class when the pod was created (e.g. runsc): what the
+	// node actually runs, and what the isolation evidence is checked against.
+	// +optional
+	RuntimeHandler string `json:"runtimeHandler,omitempty"`
+
+	// Isolation is how the pod is really isolated from the node, proven from inside the pod before any
+	// command ran: gvisor (gVisor's marker file was present), kata (a kernel other than the node's: a VM) or
+	// none (the node's own kernel). Empty until proven.
+	// +optional
+	Isolation Isolation `json:"isolation,omitempty"`
+
+	// IsolationEvidence is what the pod's init container saw, which status.isolation and the
+	// NetworkIsolated condition are derived from.
+	// +optional
+	IsolationEvidence *IsolationEvidence `json:"isolationEvidence,omitempty"`
+
 	// Image is the image the pod was created with.
 	// +optional
 	Image string `json:"image,omitempty"`
@@ -172,6 +188,41 @@ type SandboxStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
+// Isolation is how a sandbox's pod is isolated from its node.
+// +kubebuilder:validation:Enum=gvisor;kata;none
+type Isolation string
+
+const (
+	// IsolationGVisor is gVisor's user-space kernel, proven by its /proc/gvisor/kernel_is_gvisor marker.
+	IsolationGVisor Isolation = "gvisor"
+	// IsolationKata is a kernel other than the node's: a lightweight VM such as Kata Containers.
+	IsolationKata Isolation = "kata"
+	// IsolationNone is the node's own kernel: namespaces and cgroups only, not a boundary for hostile code.
+	IsolationNone Isolation = "none"
+)
+
+// IsolationEvidence is what airlock-init saw from inside the pod, under the pod's runtime, before any command
+// ran, next to what the node reports.
+type IsolationEvidence struct {
+	// Kernel is the kernel release inside the pod (uname -r).
+	// +optional
+	Kernel string `json:"kernel,omitempty"`
+	// NodeKernel is the node's kernel (status.nodeInfo.kernelVersion); equal to Kernel means no VM.
+	// +optional
+	NodeKernel string `json:"nodeKernel,omitempty"`
+	// GVisorMarker is true when gVisor's marker file /proc/gvisor/kernel_is_gvisor was present.
+	// +optional
+	GVisorMarker bool `json:"gvisorMarker,omitempty"`
+	// Gate is how the network gate saw its target blocked: refused (a reject), timeout (a drop) or
+	// prohibited (an ICMP host/admin-prohibited reject).
+	// +optional
+	Gate string `json:"gate,omitempty"`
+	// GateTarget is the address the gate probed: one known to listen (the node's kubelet port, from the
+	// Node's status, unless the operator set --gate-target).
+	// +optional
+	GateTarget string `json:"gateTarget,omitempty"`
+}
+
 // SandboxUsage is metered usage.
 type SandboxUsage struct {
 	// SandboxSeconds counts seconds from startedAt to the last transition (or to deletion).
@@ -185,6 +236,7 @@ type SandboxUsage struct {
 // +kubebuilder:resource:shortName=sbx,categories=airlock
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.status.runtimeClassName`
+// +kubebuilder:printcolumn:name="Isolation",type=string,JSONPath=`.status.isolation`
 // +kubebuilder:printcolumn:name="Size",type=string,JSONPath=`.status.size`
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expiresAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

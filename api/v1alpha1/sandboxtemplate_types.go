@@ -55,8 +55,8 @@ type SandboxTemplateSpec struct {
 	// +optional
 	Env []EnvVar `json:"env,omitempty"`
 
-	// RunAsRoot lets commands run as root inside the sandbox. It is honoured only under a runtime the
-	// operator lists as isolating (gvisor, kata): the pod then cannot pass the restricted Pod Security
+	// RunAsRoot lets commands run as root inside the sandbox. It is honoured only under a RuntimeClass whose
+	// handler the operator lists as isolating (runsc, kata*): the pod then cannot pass the restricted Pod Security
 	// Standard, so its namespace must allow baseline. Default false: commands run as uid 1000.
 	// +optional
 	RunAsRoot bool `json:"runAsRoot,omitempty"`

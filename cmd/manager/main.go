@@ -4,7 +4,9 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/controller"
@@ -40,14 +41,16 @@ func run() error {
 		workers, qps, burst               int
 	)
 	fs := flag.CommandLine
-	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
+	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to (HTTPS, for callers the API server authorizes for GET /metrics); \"0\" disables it.")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	fs.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
 	fs.StringVar(&podOpts.InitImage, "init-image", podOpts.InitImage, "Image that holds /airlock-init; it is installed into every sandbox pod.")
 	fs.StringVar(&defaults.RuntimeClassName, "default-runtime-class", defaults.RuntimeClassName, "Runtime class of sandboxes whose spec and template name none.")
 	fs.DurationVar(&defaults.Timeout, "default-timeout", defaults.Timeout, "Lifetime of sandboxes whose spec and template set none.")
 	fs.DurationVar(&defaults.MaxTimeout, "max-timeout", defaults.MaxTimeout, "Cap on every sandbox's lifetime (at most 24h, the API's own cap).")
-	fs.StringVar(&isolating, "isolating-runtime-classes", strings.Join(defaults.IsolatingRuntimes, ","), "Comma-separated runtime classes under which a template may run commands as root.")
+	fs.StringVar(&isolating, "isolating-handlers", strings.Join(defaults.IsolatingHandlers, ","), "Comma-separated globs of the RuntimeClass handlers that isolate (gVisor runsc, Kata); sandboxes under any other handler are refused, and only these may run a template's commands as root.")
+	fs.BoolVar(&defaults.AllowUnisolated, "allow-unisolated-runtimes", false, "Let sandboxes run under non-isolating handlers such as runc; status.isolation then says none. Not a security boundary for hostile code.")
+	fs.StringVar(&podOpts.GateTarget, "gate-target", "", "host:port the network gate probes: it must listen and be denied by the sandbox's policy. Empty: the pod's node IP and the kubelet port from the Node's status.")
 	fs.DurationVar(&podOpts.GateTimeout.Duration, "network-gate-timeout", podOpts.GateTimeout.Duration, "How long a new pod waits for its network isolation to take effect before it fails.")
 	fs.IntVar(&podOpts.ProcessLimit, "process-limit", podOpts.ProcessLimit, "Most processes the sandbox user may have (RLIMIT_NPROC) under --process-limit-runtime-classes; 0 disables.")
 	processRuntimes := fs.String("process-limit-runtime-classes", strings.Join(podOpts.ProcessLimitRuntimes, ","), "Comma-separated runtime classes whose pids limit kills the whole sandbox instead of failing fork (gVisor), so the process limit is applied inside.")
@@ -63,7 +66,16 @@ func run() error {
 		fs.PrintDefaults()
 	}
 	flag.Parse()
-	defaults.IsolatingRuntimes = splitList(isolating)
+	defaults.IsolatingHandlers = splitList(isolating)
+	if err := sandbox.ValidateHandlerGlobs(defaults.IsolatingHandlers); err != nil {
+		return fmt.Errorf("--isolating-handlers: %w", err)
+	}
+	if podOpts.GateTarget != "" {
+		_, port, err := net.SplitHostPort(podOpts.GateTarget)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("--gate-target must be host:port, got %q", podOpts.GateTarget)
+		}
+	}
 	podOpts.ProcessLimitRuntimes = splitList(*processRuntimes)
 	if defaults.MaxTimeout <= 0 || defaults.MaxTimeout > 24*time.Hour {
 		return fmt.Errorf("--max-timeout must be in (0, 24h], got %s", defaults.MaxTimeout)
@@ -92,7 +104,7 @@ func run() error {
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                metricsOptions(metricsAddr),
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "manager.sandbox.airlock.dev",
@@ -129,7 +141,8 @@ func run() error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	log.Info("starting manager", "version", version.Version, "initImage", podOpts.InitImage)
+	log.Info("starting manager", "version", version.Version, "initImage", podOpts.InitImage,
+		"isolatingHandlers", defaults.IsolatingHandlers, "allowUnisolatedRuntimes", defaults.AllowUnisolated, "gateTarget", podOpts.GateTarget)
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 

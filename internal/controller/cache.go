@@ -12,7 +12,8 @@ import (
 )
 
 // CacheOptions trims the manager's cache: of pods it keeps only sandbox pods. Every NetworkPolicy is cached,
-// since any of them can undo a sandbox's isolation.
+// since any of them can undo a sandbox's isolation. Nodes are cached without their image lists, the bulk of a
+// Node: only the kubelet port, kernel version and name are read.
 func CacheOptions() cache.Options {
 	req, err := labels.NewRequirement(sandbox.LabelName, selection.Exists, nil)
 	if err != nil {
@@ -21,5 +22,14 @@ func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:                 {Label: labels.NewSelector().Add(*req)},
 		&networkingv1.NetworkPolicy{}: {},
+		&corev1.Node{}:                {Transform: trimNode},
 	}}
+}
+
+func trimNode(o any) (any, error) {
+	if n, ok := o.(*corev1.Node); ok {
+		n.Status.Images = nil
+		n.ManagedFields = nil
+	}
+	return o, nil
 }

@@ -61,6 +61,7 @@ type SandboxReconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile runs the named steps in order. Each step either completes or returns the result to stop with.
@@ -77,7 +78,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, ignoreConflict(err)
 	}
 
-	obs := observation{now: r.Clock.Now()}
+	obs := observation{now: r.Clock.Now(), defaults: r.Defaults}
 	resolved, err := r.resolve(ctx, sbx, &obs)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -99,6 +100,9 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.observeIsolation(ctx, sbx, &obs); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.observeRuntime(ctx, sbx, &obs); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.writeStatus(ctx, sbx, before, obs); err != nil {
 		return ctrl.Result{}, ignoreConflict(err)
 	}
@@ -108,8 +112,8 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // requeue wakes the sandbox at its expiry, or sooner when it is blocked on something nothing watches.
 func (r *SandboxReconciler) requeue(obs observation) ctrl.Result {
 	after := obs.expiresAt.Sub(obs.now)
-	if obs.blocked != nil && obs.blocked.reason == ReasonPodRejected {
-		after = min(after, retryBlocked)
+	if (obs.blocked != nil && obs.blocked.reason == ReasonPodRejected) || obs.evidenceErr != nil {
+		after = min(after, retryBlocked) // nodes are not watched
 	}
 	return ctrl.Result{RequeueAfter: max(after, time.Millisecond)}
 }

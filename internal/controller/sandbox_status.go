@@ -35,6 +35,14 @@ const (
 	ReasonOtherPolicySelects = "OtherPolicySelects"
 	ReasonGatePending        = "GatePending"
 	ReasonGateFailed         = "GateFailed"
+	// ReasonGateUnproven: the gate passed but its verdict does not prove isolation (no verdict, or a target
+	// that is not known to listen).
+	ReasonGateUnproven = "GateUnproven"
+	// ReasonRuntimeNotIsolating: the RuntimeClass's handler is not an isolating one, or the pod was seen on
+	// the node's own kernel, and non-isolating runtimes are not allowed.
+	ReasonRuntimeNotIsolating = "RuntimeNotIsolating"
+	// ReasonRuntimeMismatch: the pod, seen from inside, is not isolated the way its handler promises.
+	ReasonRuntimeMismatch = "RuntimeMismatch"
 )
 
 // blocker is a reason the sandbox cannot progress; permanent ones fail it.
@@ -64,6 +72,11 @@ type observation struct {
 	others    []string
 	// resolved is set when settings were resolved from the template; status snapshots it with the pod.
 	resolved *sandbox.Resolved
+	// evidence is the init container's checked verdict, read once; evidenceErr says why it proves nothing.
+	evidence    *airlockv1.IsolationEvidence
+	evidenceErr error
+	// defaults are the operator's settings, for the runtime checks.
+	defaults sandbox.Defaults
 }
 
 // computeStatus returns the new status from the old one and what was observed. It sets conditions with
@@ -82,16 +95,25 @@ func computeStatus(sbx *airlockv1.Sandbox, obs observation) airlockv1.SandboxSta
 			st.StartedAt = containerStartedAt(obs.pod)
 		}
 	}
+	if obs.evidence != nil && st.IsolationEvidence == nil {
+		st.IsolationEvidence = obs.evidence.DeepCopy()
+	}
+	if ev := st.IsolationEvidence; ev != nil {
+		st.Isolation = sandbox.ObservedIsolation(ev.Kernel, ev.GVisorMarker, ev.NodeKernel)
+		if obs.blocked == nil {
+			obs.blocked = runtimeBlocker(st.RuntimeHandler, st.Isolation, ev, obs.defaults)
+		}
+	}
 	set := func(c metav1.Condition) {
 		c.ObservedGeneration = sbx.Generation
 		c.LastTransitionTime = metav1.NewTime(obs.now)
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
 	expired := sandbox.Expired(obs.now, obs.expiresAt)
-	isolated := isolationCondition(obs)
+	isolated := isolationCondition(obs, st.IsolationEvidence)
 	set(isolated)
 	set(expiredCondition(expired, obs.expiresAt))
-	ready := readyCondition(obs, expired, isolated.Status == metav1.ConditionTrue)
+	ready := readyCondition(obs, expired, isolated)
 	set(ready)
 
 	phase := phaseOf(obs, expired, ready)
@@ -106,6 +128,7 @@ func computeStatus(sbx *airlockv1.Sandbox, obs observation) airlockv1.SandboxSta
 func snapshot(st *airlockv1.SandboxStatus, r sandbox.Resolved) {
 	st.Image = r.Image
 	st.RuntimeClassName = r.RuntimeClassName
+	st.RuntimeHandler = r.RuntimeHandler
 	st.Size = r.Size
 	st.MaxTimeout = &metav1.Duration{Duration: r.MaxTimeout}
 	st.Network = r.Network.DeepCopy()
@@ -125,7 +148,7 @@ func phaseOf(obs observation, expired bool, ready metav1.Condition) airlockv1.Sa
 	return airlockv1.PhasePending
 }
 
-func readyCondition(obs observation, expired, isolated bool) metav1.Condition {
+func readyCondition(obs observation, expired bool, isolated metav1.Condition) metav1.Condition {
 	c := metav1.Condition{Type: airlockv1.ConditionReady, Status: metav1.ConditionFalse}
 	pod := obs.pod
 	switch {
@@ -146,15 +169,15 @@ func readyCondition(obs observation, expired, isolated bool) metav1.Condition {
 		if p := podProblem(pod); p != "" {
 			c.Message += ": " + p
 		}
-	case !isolated:
-		c.Reason, c.Message = ReasonNotIsolated, "the pod runs but its network isolation is not proven (see NetworkIsolated)"
+	case isolated.Status != metav1.ConditionTrue:
+		c.Reason, c.Message = ReasonNotIsolated, "the pod runs but its network isolation is not proven: "+isolated.Reason+": "+isolated.Message
 	default:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonReady, "the sandbox runs and is isolated"
 	}
 	return c
 }
 
-func isolationCondition(obs observation) metav1.Condition {
+func isolationCondition(obs observation, ev *airlockv1.IsolationEvidence) metav1.Condition {
 	c := metav1.Condition{Type: airlockv1.ConditionNetworkIsolated, Status: metav1.ConditionFalse}
 	switch {
 	case obs.policy == policyMissing:
@@ -166,7 +189,7 @@ func isolationCondition(obs observation) metav1.Condition {
 		c.Message = fmt.Sprintf("NetworkPolicies are additive and %s also select(s) this sandbox's pod, so traffic our policy denies may be allowed",
 			strings.Join(obs.others, ", "))
 	default:
-		gate := gateState(obs.pod)
+		gate := gateState(obs.pod, ev, obs.evidenceErr)
 		c.Reason, c.Message = gate.reason, gate.message
 		if gate.passed {
 			c.Status = metav1.ConditionTrue
@@ -180,9 +203,9 @@ type gate struct {
 	reason, message string
 }
 
-// gateState reads the network gate's verdict from the init container: it exits 0 only after it saw a
-// known-blocked address (the node's kubelet port) unreachable from inside the pod.
-func gateState(pod *corev1.Pod) gate {
+// gateState reads the network gate's verdict: the init container exits 0 only after it saw its target blocked
+// from inside the pod, and that counts only with evidence that the target is known to listen.
+func gateState(pod *corev1.Pod, ev *airlockv1.IsolationEvidence, evidenceErr error) gate {
 	if pod == nil {
 		return gate{reason: ReasonGatePending, message: "waiting for the pod's network probe"}
 	}
@@ -190,11 +213,15 @@ func gateState(pod *corev1.Pod) gate {
 		if s.Name != sandbox.InitContainerName || s.State.Terminated == nil {
 			continue
 		}
-		if s.State.Terminated.ExitCode == 0 {
-			return gate{passed: true, reason: ReasonIsolated,
-				message: "the NetworkPolicy is in effect: from inside the pod, the node's kubelet port was unreachable before any command ran"}
+		switch {
+		case s.State.Terminated.ExitCode != 0:
+			return gate{reason: ReasonGateFailed, message: "the pod's network probe failed: " + strings.TrimSpace(s.State.Terminated.Message)}
+		case ev != nil:
+			return gate{passed: true, reason: ReasonIsolated, message: fmt.Sprintf(
+				"the NetworkPolicy is in effect: from inside the pod, %s (known to listen) was %s before any command ran", ev.GateTarget, ev.Gate)}
+		case evidenceErr != nil:
+			return gate{reason: ReasonGateUnproven, message: "the pod's network probe passed but proves nothing: " + evidenceErr.Error()}
 		}
-		return gate{reason: ReasonGateFailed, message: "the pod's network probe failed: " + strings.TrimSpace(s.State.Terminated.Message)}
 	}
 	return gate{reason: ReasonGatePending, message: "waiting for the pod's network probe"}
 }

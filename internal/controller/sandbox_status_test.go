@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -40,8 +41,10 @@ func TestComputeStatus(t *testing.T) {
 	}{
 		"no pod yet": {observation{policy: policyInEffect},
 			airlockv1.PhasePending, "False/Creating", "False/GatePending", "False/NotExpired", ""},
-		"running, gate passed": {observation{policy: policyInEffect, pod: runningPod(&zero)},
+		"running, gate passed": {observation{policy: policyInEffect, pod: runningPod(&zero), evidence: gvisorEvidence()},
 			airlockv1.PhaseReady, "True/Ready", "True/Isolated", "False/NotExpired", ""},
+		"gate passed without a verdict proves nothing": {observation{policy: policyInEffect, pod: runningPod(&zero), evidenceErr: errors.New("no verdict")},
+			airlockv1.PhasePending, "False/NotIsolated", "False/GateUnproven", "False/NotExpired", "no verdict"},
 		"running, gate not finished": {observation{policy: policyInEffect, pod: runningPod(nil)},
 			airlockv1.PhasePending, "False/NotIsolated", "False/GatePending", "False/NotExpired", ""},
 		"gate failed": {observation{policy: policyInEffect, pod: runningPod(&one)},
@@ -52,7 +55,7 @@ func TestComputeStatus(t *testing.T) {
 			airlockv1.PhasePending, "False/NotIsolated", "False/PolicyModified", "False/NotExpired", ""},
 		"image missing says why": {observation{policy: policyInEffect, pod: pulling},
 			airlockv1.PhasePending, "False/Starting", "False/GatePending", "False/NotExpired", "ErrImageNeverPull"},
-		"pod failed": {observation{policy: policyInEffect, pod: failed},
+		"pod failed": {observation{policy: policyInEffect, pod: failed, evidence: gvisorEvidence()},
 			airlockv1.PhaseFailed, "False/PodFailed", "True/Isolated", "False/NotExpired", ""},
 		"pod lost": {observation{policy: policyInEffect, podLost: true},
 			airlockv1.PhaseFailed, "False/PodLost", "False/GatePending", "False/NotExpired", ""},
@@ -60,7 +63,7 @@ func TestComputeStatus(t *testing.T) {
 			airlockv1.PhasePending, "False/TemplateNotFound", "False/PolicyMissing", "False/NotExpired", "no template"},
 		"name conflict is permanent": {observation{blocked: &blocker{reason: ReasonNameConflict, permanent: true}},
 			airlockv1.PhaseFailed, "False/NameConflict", "False/PolicyMissing", "False/NotExpired", ""},
-		"expired": {observation{policy: policyInEffect, pod: runningPod(&zero), expiresAt: &metav1.Time{Time: now}},
+		"expired": {observation{policy: policyInEffect, pod: runningPod(&zero), evidence: gvisorEvidence(), expiresAt: &metav1.Time{Time: now}},
 			airlockv1.PhaseExpired, "False/Expired", "True/Isolated", "True/Expired", ""},
 		"deleting": {observation{policy: policyInEffect, deleting: true},
 			airlockv1.PhaseTerminating, "False/Terminating", "False/GatePending", "False/NotExpired", ""},
@@ -99,7 +102,7 @@ func TestComputeStatusKeepsTransitionTimesAndUsage(t *testing.T) {
 	started := metav1.NewTime(t0)
 	pod := runningPod(&zero)
 	pod.Status.ContainerStatuses[0].State.Running.StartedAt = started
-	obs := observation{now: t0.Add(10 * time.Second), policy: policyInEffect, pod: pod, expiresAt: &metav1.Time{Time: t0.Add(time.Hour)}}
+	obs := observation{now: t0.Add(10 * time.Second), policy: policyInEffect, pod: pod, evidence: gvisorEvidence(), expiresAt: &metav1.Time{Time: t0.Add(time.Hour)}}
 	sbx.Status = computeStatus(sbx, obs)
 	if sbx.Status.Usage == nil || sbx.Status.Usage.SandboxSeconds != 10 {
 		t.Fatalf("usage at the Ready transition: %+v, want 10s", sbx.Status.Usage)
@@ -113,5 +116,108 @@ func TestComputeStatusKeepsTransitionTimesAndUsage(t *testing.T) {
 	}
 	if again.Usage.SandboxSeconds != 10 {
 		t.Errorf("usage must change only on transitions (so status is not rewritten every reconcile), got %d", again.Usage.SandboxSeconds)
+	}
+}
+
+func gvisorEvidence() *airlockv1.IsolationEvidence {
+	return &airlockv1.IsolationEvidence{Kernel: "4.4.0", NodeKernel: "6.1.0-host", GVisorMarker: true, Gate: "refused", GateTarget: "10.123.0.1:10250"}
+}
+
+// The runtime is judged by what the pod saw from inside, against what its handler promises. Each refusal case
+// fails with its check in runtimeBlocker removed (verified by reverting it).
+func TestComputeStatusRuntimeIsolation(t *testing.T) {
+	zero := int32(0)
+	strict := sandbox.DefaultDefaults()
+	allowing := sandbox.DefaultDefaults()
+	allowing.AllowUnisolated = true
+	host := &airlockv1.IsolationEvidence{Kernel: "6.1.0-host", NodeKernel: "6.1.0-host", Gate: "refused", GateTarget: "10.123.0.1:10250"}
+	vm := &airlockv1.IsolationEvidence{Kernel: "6.12.0-kata", NodeKernel: "6.1.0-host", Gate: "timeout", GateTarget: "10.123.0.1:10250"}
+	noMarker := &airlockv1.IsolationEvidence{Kernel: "4.4.0", NodeKernel: "6.1.0-host", Gate: "refused", GateTarget: "10.123.0.1:10250"}
+	tests := map[string]struct {
+		handler   string
+		ev        *airlockv1.IsolationEvidence
+		d         sandbox.Defaults
+		phase     airlockv1.SandboxPhase
+		ready     string
+		isolation airlockv1.Isolation
+		message   string
+	}{
+		"gVisor proven":                     {"runsc", gvisorEvidence(), strict, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationGVisor, ""},
+		"kata proven by its own kernel":     {"kata-qemu", vm, strict, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationKata, ""},
+		"runsc on the host kernel":          {"runsc", host, strict, airlockv1.PhaseFailed, "False/RuntimeMismatch", airlockv1.IsolationNone, `handler "runsc" should give gvisor`},
+		"runsc without its marker":          {"runsc", noMarker, strict, airlockv1.PhaseFailed, "False/RuntimeMismatch", airlockv1.IsolationKata, "gvisor-marker-file"},
+		"kata on the host kernel":           {"kata", host, allowing, airlockv1.PhaseFailed, "False/RuntimeMismatch", airlockv1.IsolationNone, "kata"},
+		"runc refused":                      {"runc", host, strict, airlockv1.PhaseFailed, "False/RuntimeNotIsolating", airlockv1.IsolationNone, "--allow-unisolated-runtimes"},
+		"runc allowed says none":            {"runc", host, allowing, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationNone, ""},
+		"unknown handler, host kernel":      {"", host, strict, airlockv1.PhaseFailed, "False/RuntimeNotIsolating", airlockv1.IsolationNone, "node's own kernel"},
+		"unknown handler, gVisor is gVisor": {"", gvisorEvidence(), strict, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationGVisor, ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+			sbx := &airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Generation: 2}, Status: airlockv1.SandboxStatus{PodName: "s", RuntimeHandler: tc.handler}}
+			obs := observation{now: now, expiresAt: &metav1.Time{Time: now.Add(time.Hour)}, policy: policyInEffect,
+				pod: runningPod(&zero), evidence: tc.ev, defaults: tc.d}
+			st := computeStatus(sbx, obs)
+			sbx.Status = st
+			if st.Phase != tc.phase || condition(sbx, airlockv1.ConditionReady) != tc.ready || st.Isolation != tc.isolation {
+				t.Errorf("phase %s Ready %s isolation %q; want %s %s %q", st.Phase, condition(sbx, airlockv1.ConditionReady), st.Isolation, tc.phase, tc.ready, tc.isolation)
+			}
+			if msg := meta.FindStatusCondition(st.Conditions, airlockv1.ConditionReady).Message; !strings.Contains(msg, tc.message) {
+				t.Errorf("Ready message %q does not say %q", msg, tc.message)
+			}
+			if st.IsolationEvidence == nil || *st.IsolationEvidence != *tc.ev {
+				t.Errorf("evidence not recorded: %+v", st.IsolationEvidence)
+			}
+			// Recorded evidence stands on later reconciles, which do not read it again.
+			obs.evidence = nil
+			if again := computeStatus(sbx, obs); again.Phase != tc.phase || again.Isolation != tc.isolation {
+				t.Errorf("from recorded evidence: phase %s isolation %q", again.Phase, again.Isolation)
+			}
+		})
+	}
+}
+
+// The gate's refusal proves isolation only for a target known to listen: the pod's node's kubelet port, or the
+// operator's --gate-target. Without the target check the mismatch cases pass as isolated.
+func TestBuildEvidence(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{
+		NodeInfo:        corev1.NodeSystemInfo{KernelVersion: "6.1.0-host"},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}}}}
+	noPort := node.DeepCopy()
+	noPort.Status.DaemonEndpoints.KubeletEndpoint.Port = 0
+	noKernel := node.DeepCopy()
+	noKernel.Status.NodeInfo.KernelVersion = ""
+	pod := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{HostIP: "10.123.0.1"}}
+	good := "airlock-verdict/1 kernel=4.4.0 gvisor-marker=yes gate=refused target=10.123.0.1:10250 took=12ms\n"
+	otherPort := strings.Replace(good, ":10250", ":10255", 1)
+	tests := map[string]struct {
+		msg        string
+		node       *corev1.Node
+		gateTarget string
+		wantErr    string
+	}{
+		"kubelet port of the pod's node":    {good, node, "", ""},
+		"configured target":                 {otherPort, noPort, "10.123.0.1:10255", ""},
+		"probed a port not known to listen": {otherPort, node, "", "known to listen is 10.123.0.1:10250"},
+		"configured target not probed":      {good, node, "10.0.0.9:443", "known to listen is 10.0.0.9:443"},
+		"node reports no kubelet port":      {good, noPort, "", "no kubelet port"},
+		"node reports no kernel":            {good, noKernel, "", "no kernel version"},
+		"node unknown":                      {good, nil, "", "not known"},
+		"no verdict (older init)":           {"", node, "", "no verdict"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ev, err := buildEvidence(tc.msg, pod, tc.node, tc.gateTarget)
+			if tc.wantErr == "" {
+				if err != nil || ev == nil || !ev.GVisorMarker || ev.Kernel != "4.4.0" || ev.NodeKernel != "6.1.0-host" || ev.Gate != "refused" {
+					t.Fatalf("got %+v, %v", ev, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("got %+v, %v; want an error saying %q", ev, err, tc.wantErr)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -66,6 +67,16 @@ func (r *SandboxReconciler) resolve(ctx context.Context, sbx *airlockv1.Sandbox,
 		}
 		obs.blocked = &blocker{reason: ReasonRuntimeNotFound,
 			message: fmt.Sprintf("RuntimeClass %q does not exist: install it (the Helm chart creates gvisor) or pick another runtime", res.RuntimeClassName)}
+	} else {
+		res.RuntimeHandler = rc.Handler
+		// Not permanent: the template, the RuntimeClass (by re-creation) or the operator's flags may change,
+		// and the watches on templates and runtime classes retry.
+		switch err := r.Defaults.CheckRuntime(res, rc.Handler); {
+		case errors.Is(err, sandbox.ErrNotIsolating):
+			obs.blocked = &blocker{reason: ReasonRuntimeNotIsolating, message: err.Error()}
+		case err != nil:
+			obs.blocked = &blocker{reason: ReasonInvalid, message: err.Error()}
+		}
 	}
 	obs.resolved = &res
 	return res, nil
@@ -181,7 +192,17 @@ func (r *SandboxReconciler) ensurePod(ctx context.Context, sbx *airlockv1.Sandbo
 		return fmt.Errorf("getting pod: %w", err)
 	}
 
-	pod = sandbox.BuildPod(sbx, res, r.Pod)
+	opts := r.Pod
+	if opts.GateTarget == "" {
+		port, err := r.kubeletPort(ctx)
+		if err != nil {
+			return err
+		}
+		if port != 0 {
+			opts.GatePort = port
+		}
+	}
+	pod = sandbox.BuildPod(sbx, res, opts)
 	if err := controllerutil.SetControllerReference(sbx, pod, r.Scheme); err != nil {
 		return fmt.Errorf("owning pod: %w", err)
 	}
@@ -219,6 +240,47 @@ func (r *SandboxReconciler) observeIsolation(ctx context.Context, sbx *airlockv1
 	return nil
 }
 
+// kubeletPort is the port the Nodes report their kubelet listening on (status.daemonEndpoints), 0 if none
+// does. The pod is built before it is scheduled, so this is every node's usual port; observeRuntime then
+// checks it against the node the pod landed on.
+func (r *SandboxReconciler) kubeletPort(ctx context.Context) (int32, error) {
+	var nodes corev1.NodeList
+	if err := r.List(ctx, &nodes); err != nil {
+		return 0, fmt.Errorf("listing nodes for the kubelet port: %w", err)
+	}
+	for i := range nodes.Items {
+		if p := nodes.Items[i].Status.DaemonEndpoints.KubeletEndpoint.Port; p != 0 {
+			return p, nil
+		}
+	}
+	return 0, nil
+}
+
+// observeRuntime reads, once, the verdict the init container left after the network gate passed, with the
+// node the pod runs on: the evidence for NetworkIsolated and status.isolation. Once recorded in status it is
+// not read again: the init container runs once.
+func (r *SandboxReconciler) observeRuntime(ctx context.Context, sbx *airlockv1.Sandbox, obs *observation) error {
+	if obs.pod == nil || sbx.Status.IsolationEvidence != nil {
+		return nil
+	}
+	msg, passed := gateExited(obs.pod)
+	if !passed {
+		return nil
+	}
+	var node *corev1.Node
+	if name := obs.pod.Spec.NodeName; name != "" {
+		node = &corev1.Node{}
+		if err := r.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("getting node %s: %w", name, err)
+			}
+			node = nil
+		}
+	}
+	obs.evidence, obs.evidenceErr = buildEvidence(msg, obs.pod, node, r.Pod.GateTarget)
+	return nil
+}
+
 // recordTransitions emits events and metrics for what changed; called only after the status write succeeded.
 func (r *SandboxReconciler) recordTransitions(sbx *airlockv1.Sandbox, before *airlockv1.SandboxStatus, now time.Time) {
 	after := &sbx.Status
@@ -228,7 +290,7 @@ func (r *SandboxReconciler) recordTransitions(sbx *airlockv1.Sandbox, before *ai
 			took := now.Sub(sbx.CreationTimestamp.Time)
 			r.Metrics.ObserveReady(took)
 			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Ready", "Start",
-				"ready %.1fs after creation under runtime class %s", took.Seconds(), after.RuntimeClassName)
+				"ready %.1fs after creation under runtime class %s (isolation %s)", took.Seconds(), after.RuntimeClassName, after.Isolation)
 		case airlockv1.PhaseFailed:
 			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "Failed", "Fail", "%s", readyMessage(after))
 		case airlockv1.PhaseExpired:

@@ -96,17 +96,35 @@ func startEnv(tb testing.TB) (*rest.Config, client.Client) {
 		if envErr != nil {
 			return
 		}
-		for _, name := range []string{"gvisor", "runc"} {
-			rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Handler: map[string]string{"gvisor": "runsc", "runc": "runc"}[name]}
+		for name, handler := range map[string]string{"gvisor": "runsc", "runc": "runc", "kata": "kata-qemu"} {
+			rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Handler: handler}
 			if envErr = envClient.Create(context.Background(), rc); envErr != nil {
 				return
 			}
 		}
+		envErr = createNode(envClient)
 	})
 	if envErr != nil {
 		tb.Fatalf("envtest: %v", envErr)
 	}
 	return envCfg, envClient
+}
+
+// envNode is the one Node of envtest, with what the kubelet would report: its kernel and kubelet port.
+const (
+	envNode       = "envtest-node"
+	envNodeKernel = "6.1.0-envtest"
+)
+
+func createNode(c client.Client) error {
+	ctx := context.Background()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: envNode}}
+	if err := c.Create(ctx, node); err != nil {
+		return err
+	}
+	node.Status.NodeInfo.KernelVersion = envNodeKernel
+	node.Status.DaemonEndpoints.KubeletEndpoint.Port = 10250
+	return c.Status().Update(ctx, node)
 }
 
 // managerOptions tune a test manager.

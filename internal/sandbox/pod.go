@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"net"
 	"slices"
 	"strconv"
 
@@ -17,8 +18,12 @@ type PodOptions struct {
 	// InitImage has airlock-init as its entrypoint; it installs itself for the sandbox container and runs the
 	// network gate.
 	InitImage string
-	// GatePort is the port on the node's IP that the network gate expects to be unreachable (the kubelet's).
+	// GatePort is the port on the node's IP that the network gate expects to be blocked: the kubelet's, which
+	// is known to listen. The controller sets it from the Nodes' status; this is the fallback.
 	GatePort int32
+	// GateTarget, when set (host:port), is probed instead of the node IP and GatePort: for clusters whose
+	// kubelet is not on the node IP. It must listen and be denied by the sandbox's policy.
+	GateTarget string
 	// GateTimeout bounds how long the gate waits for isolation before failing the pod.
 	GateTimeout metav1.Duration
 	// ProcessLimit caps the sandbox user's processes (RLIMIT_NPROC, applied by airlock-init run) under the
@@ -68,6 +73,11 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 		env = append(env, corev1.EnvVar{Name: ProcessLimitEnv, Value: strconv.Itoa(o.ProcessLimit)})
 	}
 
+	gateHost, gatePort := "$(AIRLOCK_NODE_IP)", strconv.Itoa(int(o.GatePort))
+	if h, p, err := net.SplitHostPort(o.GateTarget); err == nil {
+		gateHost, gatePort = h, p
+	}
+
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      sbx.Name,
@@ -93,8 +103,8 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 				Image: o.InitImage,
 				Args: []string{"setup",
 					"--install-dir=" + ToolsDir,
-					"--gate-host=$(AIRLOCK_NODE_IP)",
-					"--gate-port=" + strconv.Itoa(int(o.GatePort)),
+					"--gate-host=" + gateHost,
+					"--gate-port=" + gatePort,
 					"--gate-timeout=" + o.GateTimeout.Duration.String(),
 				},
 				Env: []corev1.EnvVar{{

@@ -1,8 +1,11 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
+	"path"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,8 +22,11 @@ type Defaults struct {
 	Timeout time.Duration
 	// MaxTimeout is the operator's cap on every sandbox's lifetime.
 	MaxTimeout time.Duration
-	// IsolatingRuntimes are the runtime classes under which a template may run commands as root.
-	IsolatingRuntimes []string
+	// IsolatingHandlers are globs (path.Match) of the RuntimeClass handlers that count as isolating. Only
+	// under them may a template run commands as root.
+	IsolatingHandlers []string
+	// AllowUnisolated lets sandboxes run under other handlers (e.g. runc); status.isolation then says none.
+	AllowUnisolated bool
 }
 
 // DefaultDefaults are the built-in defaults (documented in docs/sizes.md).
@@ -29,7 +35,7 @@ func DefaultDefaults() Defaults {
 		RuntimeClassName:  "gvisor",
 		Timeout:           30 * time.Minute,
 		MaxTimeout:        24 * time.Hour,
-		IsolatingRuntimes: []string{"gvisor", "kata"},
+		IsolatingHandlers: []string{"runsc", "kata*"},
 	}
 }
 
@@ -37,10 +43,12 @@ func DefaultDefaults() Defaults {
 type Resolved struct {
 	Image            string
 	RuntimeClassName string
-	Size             airlockv1.Size
-	Resources        corev1.ResourceRequirements
-	WorkdirLimit     resource.Quantity
-	WorkingDir       string
+	// RuntimeHandler is the RuntimeClass's handler; the controller sets it once it has read the class.
+	RuntimeHandler string
+	Size           airlockv1.Size
+	Resources      corev1.ResourceRequirements
+	WorkdirLimit   resource.Quantity
+	WorkingDir     string
 	// Timeout is the effective lifetime from creation, already capped by MaxTimeout.
 	Timeout time.Duration
 	// MaxTimeout is the most the timeout may ever be raised to.
@@ -107,12 +115,75 @@ func Resolve(sbx *airlockv1.Sandbox, tmpl *airlockv1.SandboxTemplate, d Defaults
 		r.Timeout = sbx.Spec.Timeout.Duration
 	}
 	r.Timeout = min(r.Timeout, r.MaxTimeout)
-
-	if r.RunAsRoot && !slices.Contains(d.IsolatingRuntimes, r.RuntimeClassName) {
-		return Resolved{}, fmt.Errorf("template %q asks for root, which is allowed only under an isolating runtime (%v), not %q",
-			tmpl.Name, d.IsolatingRuntimes, r.RuntimeClassName)
-	}
 	return r, nil
+}
+
+// CheckRuntime says whether a sandbox may run under a RuntimeClass with this handler: an isolating one, or
+// any when non-isolating runtimes are allowed, but root only under an isolating one. The handler, not the
+// class name, is what the node runs, so it is what is checked.
+func (d Defaults) CheckRuntime(r Resolved, handler string) error {
+	if d.IsolatingHandler(handler) {
+		return nil
+	}
+	if r.RunAsRoot {
+		return fmt.Errorf("%w: the template asks for root (runAsRoot), which is allowed only under an isolating handler (--isolating-handlers=%s), and RuntimeClass %q has handler %q",
+			ErrRootNotIsolated, strings.Join(d.IsolatingHandlers, ","), r.RuntimeClassName, handler)
+	}
+	if !d.AllowUnisolated {
+		return fmt.Errorf("%w: RuntimeClass %q has handler %q, which is not among the isolating handlers (--isolating-handlers=%s), and the operator does not allow non-isolating runtimes (--allow-unisolated-runtimes)",
+			ErrNotIsolating, r.RuntimeClassName, handler, strings.Join(d.IsolatingHandlers, ","))
+	}
+	return nil
+}
+
+// Errors of CheckRuntime.
+var (
+	ErrNotIsolating    = errors.New("runtime not isolating")
+	ErrRootNotIsolated = errors.New("root needs an isolating runtime")
+)
+
+// IsolatingHandler reports whether a RuntimeClass handler matches one of the isolating globs.
+func (d Defaults) IsolatingHandler(handler string) bool {
+	for _, g := range d.IsolatingHandlers {
+		if ok, err := path.Match(g, handler); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// ExpectedIsolation is what a sandbox under this handler must prove: gVisor for runsc (and runsc-*), a kernel
+// of its own (a VM) for any other isolating handler, nothing for the rest.
+func (d Defaults) ExpectedIsolation(handler string) airlockv1.Isolation {
+	switch {
+	case !d.IsolatingHandler(handler):
+		return airlockv1.IsolationNone
+	case handler == "runsc" || strings.HasPrefix(handler, "runsc-"):
+		return airlockv1.IsolationGVisor
+	}
+	return airlockv1.IsolationKata
+}
+
+// ObservedIsolation classifies what the init container saw under the pod's runtime: gVisor by its marker, a VM
+// by a kernel other than the node's, else none. It needs the node's kernel.
+func ObservedIsolation(kernel string, gvisorMarker bool, nodeKernel string) airlockv1.Isolation {
+	switch {
+	case gvisorMarker:
+		return airlockv1.IsolationGVisor
+	case kernel != nodeKernel:
+		return airlockv1.IsolationKata
+	}
+	return airlockv1.IsolationNone
+}
+
+// ValidateHandlerGlobs rejects malformed --isolating-handlers patterns, which would otherwise match nothing.
+func ValidateHandlerGlobs(globs []string) error {
+	for _, g := range globs {
+		if _, err := path.Match(g, ""); err != nil {
+			return fmt.Errorf("isolating handler pattern %q: %w", g, err)
+		}
+	}
+	return nil
 }
 
 // mergeEnv returns base overlaid by over, keeping base's order and appending new names.

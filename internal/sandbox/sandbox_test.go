@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,14 +114,93 @@ func TestResolvePrecedence(t *testing.T) {
 	}
 }
 
-func TestResolveRootNeedsIsolatingRuntime(t *testing.T) {
-	tmpl := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "root"}, Spec: airlockv1.SandboxTemplateSpec{Image: "i", RunAsRoot: true}}
-	if _, err := Resolve(sbx(func(s *airlockv1.Sandbox) { s.Spec.Image = "" }), tmpl, DefaultDefaults()); err != nil {
-		t.Fatalf("root under gvisor: %v", err)
+// The handler, not the class name, decides: a class named "gvisor" whose handler is runc is not isolating.
+// Removing the check in CheckRuntime makes the "not isolating" cases fail.
+func TestCheckRuntimeByHandler(t *testing.T) {
+	strict := DefaultDefaults()
+	allowing := DefaultDefaults()
+	allowing.AllowUnisolated = true
+	user := Resolved{RuntimeClassName: "gvisor"}
+	root := Resolved{RuntimeClassName: "gvisor", RunAsRoot: true}
+	tests := map[string]struct {
+		d       Defaults
+		r       Resolved
+		handler string
+		want    error
+	}{
+		"runsc":                          {strict, user, "runsc", nil},
+		"kata glob":                      {strict, user, "kata-qemu", nil},
+		"kata exact":                     {strict, user, "kata", nil},
+		"runc refused":                   {strict, user, "runc", ErrNotIsolating},
+		"a name is not a handler":        {strict, user, "gvisor", ErrNotIsolating},
+		"runsc-like prefix is not runsc": {strict, user, "runscx", ErrNotIsolating},
+		"runc allowed":                   {allowing, user, "runc", nil},
+		"root under runsc":               {strict, root, "runsc", nil},
+		"root under runc, even allowed":  {allowing, root, "runc", ErrRootNotIsolated},
 	}
-	tmpl.Spec.RuntimeClassName = "runc"
-	if _, err := Resolve(sbx(func(s *airlockv1.Sandbox) { s.Spec.Image = "" }), tmpl, DefaultDefaults()); err == nil {
-		t.Fatal("root under runc: want an error")
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := tc.d.CheckRuntime(tc.r, tc.handler)
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if err != nil && (!strings.Contains(err.Error(), tc.handler) || !strings.Contains(err.Error(), "--isolating-handlers=runsc,kata*")) {
+				t.Errorf("message must name the handler and the allowlist: %v", err)
+			}
+		})
+	}
+}
+
+func TestExpectedAndObservedIsolation(t *testing.T) {
+	d := DefaultDefaults()
+	for handler, want := range map[string]airlockv1.Isolation{"runsc": airlockv1.IsolationGVisor, "runsc-kvm": airlockv1.IsolationKata,
+		"kata-fc": airlockv1.IsolationKata, "runc": airlockv1.IsolationNone, "": airlockv1.IsolationNone} {
+		if handler == "runsc-kvm" {
+			d.IsolatingHandlers = append(d.IsolatingHandlers, "runsc-*")
+			want = airlockv1.IsolationGVisor
+		}
+		if got := d.ExpectedIsolation(handler); got != want {
+			t.Errorf("expected isolation of handler %q: %s, want %s", handler, got, want)
+		}
+	}
+	for name, tc := range map[string]struct {
+		kernel     string
+		marker     bool
+		nodeKernel string
+		want       airlockv1.Isolation
+	}{
+		"gVisor marker":                       {"4.4.0", true, "6.1.0-18-amd64", airlockv1.IsolationGVisor},
+		"host kernel":                         {"6.1.0-18-amd64", false, "6.1.0-18-amd64", airlockv1.IsolationNone},
+		"a kernel of its own":                 {"6.12.28", false, "6.1.0-18-amd64", airlockv1.IsolationKata},
+		"gVisor without marker is not gvisor": {"4.4.0", false, "6.1.0-18-amd64", airlockv1.IsolationKata},
+	} {
+		if got := ObservedIsolation(tc.kernel, tc.marker, tc.nodeKernel); got != tc.want {
+			t.Errorf("%s: %s, want %s", name, got, tc.want)
+		}
+	}
+	if err := ValidateHandlerGlobs([]string{"runsc", "kata*"}); err != nil {
+		t.Error(err)
+	}
+	if err := ValidateHandlerGlobs([]string{"kata["}); err == nil {
+		t.Error("a malformed glob must be rejected")
+	}
+}
+
+func TestGateTargetInPod(t *testing.T) {
+	r, err := Resolve(sbx(), nil, DefaultDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultPodOptions("init")
+	o.GatePort = 10255
+	args := BuildPod(sbx(), r, o).Spec.InitContainers[0].Args
+	if !slices.Contains(args, "--gate-host=$(AIRLOCK_NODE_IP)") || !slices.Contains(args, "--gate-port=10255") {
+		t.Errorf("default gate: node IP and the kubelet port, got %v", args)
+	}
+	o.GateTarget = "10.0.0.7:8443"
+	args = BuildPod(sbx(), r, o).Spec.InitContainers[0].Args
+	if !slices.Contains(args, "--gate-host=10.0.0.7") || !slices.Contains(args, "--gate-port=8443") {
+		t.Errorf("configured gate target, got %v", args)
 	}
 }
 

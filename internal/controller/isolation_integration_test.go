@@ -1,0 +1,109 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// A RuntimeClass whose handler is not isolating (runc) is refused before any pod exists, with a reason naming
+// the class, the handler and the flag; removing the handler check in Defaults.CheckRuntime makes it fail.
+func TestIntegrationUnisolatedHandlerIsRefused(t *testing.T) {
+	_, c := startEnv(t)
+	startManager(t, managerOptions{})
+	ctx, g := context.Background(), NewWithT(t)
+	ns := newNamespace(t, c)
+	g.Expect(c.Create(ctx, makeSandbox(ns, "plain").image("busybox").runtime("runc").obj())).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "plain")
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonRuntimeNotIsolating))
+		msg := meta.FindStatusCondition(s.Status.Conditions, airlockv1.ConditionReady).Message
+		g.Expect(msg).To(And(ContainSubstring(`RuntimeClass "runc"`), ContainSubstring(`handler "runc"`),
+			ContainSubstring("--isolating-handlers=runsc,kata*"), ContainSubstring("--allow-unisolated-runtimes")))
+	}).WithTimeout(waitLong).Should(Succeed())
+	g.Expect(c.Get(ctx, key(ns, "plain"), &corev1.Pod{})).To(MatchError(apierrors.IsNotFound, "IsNotFound"))
+}
+
+// Allowed by the operator, a runc sandbox runs and says so: isolation none, from the node's own kernel.
+func TestIntegrationUnisolatedAllowedSaysNone(t *testing.T) {
+	_, c := startEnv(t)
+	d := sandbox.DefaultDefaults()
+	d.AllowUnisolated = true
+	startManager(t, managerOptions{defaults: &d})
+	ctx, g := context.Background(), NewWithT(t)
+	ns := newNamespace(t, c)
+	g.Expect(c.Create(ctx, makeSandbox(ns, "plain").image("busybox").runtime("runc").obj())).To(Succeed())
+	pod, _ := getPodAndPolicy(t, c, ns, "plain")
+	g.Expect(pod.Spec.InitContainers[0].Args).To(ContainElement("--gate-port=10250"), "the kubelet port from the Node's status")
+	markPodRunningWith(t, c, pod, 0, "airlock-verdict/1 kernel="+envNodeKernel+" gvisor-marker=no gate=refused target=10.123.0.1:10250 took=5ms")
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "plain")
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("True/" + ReasonReady))
+		g.Expect(s.Status.Isolation).To(Equal(airlockv1.IsolationNone))
+		g.Expect(s.Status.RuntimeHandler).To(Equal("runc"))
+		g.Expect(s.Status.IsolationEvidence).To(Equal(&airlockv1.IsolationEvidence{Kernel: envNodeKernel, NodeKernel: envNodeKernel,
+			Gate: "refused", GateTarget: "10.123.0.1:10250"}))
+	}).WithTimeout(waitLong).Should(Succeed())
+}
+
+// A kata-handler class is isolating: accepted, and proven by a kernel other than the node's.
+func TestIntegrationKataHandlerIsIsolating(t *testing.T) {
+	_, c := startEnv(t)
+	startManager(t, managerOptions{})
+	ctx, g := context.Background(), NewWithT(t)
+	ns := newNamespace(t, c)
+	g.Expect(c.Create(ctx, makeSandbox(ns, "vm").image("busybox").runtime("kata").obj())).To(Succeed())
+	pod, _ := getPodAndPolicy(t, c, ns, "vm")
+	markPodRunningWith(t, c, pod, 0, "airlock-verdict/1 kernel=6.12.0-kata gvisor-marker=no gate=timeout target=10.123.0.1:10250 took=150ms")
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "vm")
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("True/" + ReasonReady))
+		g.Expect(s.Status.Isolation).To(Equal(airlockv1.IsolationKata))
+	}).WithTimeout(waitLong).Should(Succeed())
+}
+
+// The runtime is judged by what the pod saw: a runsc sandbox on the node's own kernel fails, and a gate that
+// probed an address not known to listen proves nothing.
+func TestIntegrationRuntimeEvidenceIsChecked(t *testing.T) {
+	_, c := startEnv(t)
+	startManager(t, managerOptions{})
+	ctx, g := context.Background(), NewWithT(t)
+	ns := newNamespace(t, c)
+
+	g.Expect(c.Create(ctx, makeSandbox(ns, "gv").image("busybox").obj())).To(Succeed())
+	pod, _ := getPodAndPolicy(t, c, ns, "gv")
+	markPodRunning(t, c, pod, 0)
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "gv")
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("True/" + ReasonReady))
+		g.Expect(s.Status.Isolation).To(Equal(airlockv1.IsolationGVisor))
+		g.Expect(meta.FindStatusCondition(s.Status.Conditions, airlockv1.ConditionNetworkIsolated).Message).To(ContainSubstring("10.123.0.1:10250"))
+	}).WithTimeout(waitLong).Should(Succeed())
+
+	g.Expect(c.Create(ctx, makeSandbox(ns, "host").image("busybox").obj())).To(Succeed())
+	pod, _ = getPodAndPolicy(t, c, ns, "host")
+	markPodRunningWith(t, c, pod, 0, "airlock-verdict/1 kernel="+envNodeKernel+" gvisor-marker=no gate=refused target=10.123.0.1:10250 took=5ms")
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "host")
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonRuntimeMismatch))
+		g.Expect(s.Status.Phase).To(Equal(airlockv1.PhaseFailed))
+		g.Expect(s.Status.Isolation).To(Equal(airlockv1.IsolationNone))
+	}).WithTimeout(waitLong).Should(Succeed())
+
+	g.Expect(c.Create(ctx, makeSandbox(ns, "elsewhere").image("busybox").obj())).To(Succeed())
+	pod, _ = getPodAndPolicy(t, c, ns, "elsewhere")
+	markPodRunningWith(t, c, pod, 0, "airlock-verdict/1 kernel=4.4.0 gvisor-marker=yes gate=refused target=10.123.0.1:9 took=5ms")
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "elsewhere")
+		g.Expect(condition(s, airlockv1.ConditionNetworkIsolated)).To(Equal("False/" + ReasonGateUnproven))
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonNotIsolated))
+		g.Expect(s.Status.Isolation).To(BeEmpty())
+	}).WithTimeout(waitLong).Should(Succeed())
+}
