@@ -28,6 +28,7 @@ type SandboxView struct {
 	Image             string            `json:"image,omitempty"`
 	Size              string            `json:"size,omitempty"`
 	Network           string            `json:"network,omitempty"`
+	Isolation         string            `json:"isolation,omitempty"` // gvisor, kata or none, once proven
 	TimeoutMinutes    *float64          `json:"timeout_minutes,omitempty"`
 	MaxTimeoutMinutes *float64          `json:"max_timeout_minutes,omitempty"`
 	WorkingDir        string            `json:"working_dir"`
@@ -44,6 +45,7 @@ func viewOf(sb *airlockv1.Sandbox, now time.Time) SandboxView {
 		Status:     statusOf(sb),
 		Image:      sb.Status.Image,
 		Size:       string(sb.Status.Size),
+		Isolation:  string(sb.Status.Isolation),
 		WorkingDir: workingDir(sb),
 		CreatedAt:  sb.CreationTimestamp.UTC(),
 	}
