@@ -166,7 +166,8 @@ func TestManagerDeployment(t *testing.T) {
 		t.Errorf("service account %q", d.Spec.Template.Spec.ServiceAccountName)
 	}
 	want := []string{"--leader-elect=true", "--init-image=localhost/airlock/init:" + version.Version,
-		"--default-runtime-class=gvisor", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"}
+		"--default-runtime-class=gvisor", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
+		"--isolating-handlers=runsc,kata*", "--allow-unisolated-runtimes=false"}
 	for _, w := range want {
 		if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, w) {
 			t.Errorf("manager args %v lack %s", d.Spec.Template.Spec.Containers[0].Args, w)
@@ -178,6 +179,17 @@ func TestManagerDeployment(t *testing.T) {
 	// Kata only: the default runtime follows the one runtime class the chart installs.
 	if a := args(t, render(t, valueSets["kata-only"]...), "airlock-manager"); !slices.Contains(a, "--default-runtime-class=kata") {
 		t.Errorf("with only kata enabled the manager's default runtime class should be kata: %v", a)
+	}
+	// Isolation: the handler allowlist, the opt-in for runc and the gate target reach the manager.
+	iso := args(t, render(t, "--set", "manager.isolatingHandlers={runsc,kata-qemu}", "--set", "manager.allowUnisolatedRuntimes=true",
+		"--set", "manager.networkGateTarget=10.0.0.1:10250"), "airlock-manager")
+	for _, w := range []string{"--isolating-handlers=runsc,kata-qemu", "--allow-unisolated-runtimes=true", "--gate-target=10.0.0.1:10250"} {
+		if !slices.Contains(iso, w) {
+			t.Errorf("manager args %v lack %s", iso, w)
+		}
+	}
+	if slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Args, func(a string) bool { return strings.HasPrefix(a, "--gate-target") }) {
+		t.Error("an empty networkGateTarget must not pass --gate-target")
 	}
 	// Without leader election two managers would reconcile at once during a rolling update.
 	noLE := into[appsv1.Deployment](t, render(t, valueSets["manager-2-no-le"]...).must(t, "Deployment", releaseNamespace, "airlock-manager"))
