@@ -122,3 +122,12 @@ seccompProfile:
 {{- end -}}
 {{- $total -}}
 {{- end -}}
+
+{{/*
+The exec guard (manager.execWebhook) guards the gateway's identity, so it exists only with the gateway.
+Names of its objects, shared by the webhook objects and the manager's flags.
+*/}}
+{{- define "airlock.execWebhook" -}}{{ if and .Values.manager.execWebhook.enabled .Values.gateway.enabled }}true{{ end }}{{- end -}}
+{{- define "airlock.execWebhookConfig" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "exec-guard") }}{{- end -}}
+{{- define "airlock.execWebhookService" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "manager-webhook") }}{{- end -}}
+{{- define "airlock.execWebhookSecret" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "manager-webhook-cert") }}{{- end -}}
