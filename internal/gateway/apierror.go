@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
@@ -21,6 +23,8 @@ type Error struct {
 	// Phase and Reason describe a sandbox that is not ready.
 	Phase  string `json:"phase,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// RetryAfter, if set, is sent as the Retry-After header.
+	RetryAfter time.Duration `json:"-"`
 	// cause is the underlying error of a 5xx, for the access log only: clients never see it.
 	cause error
 }
@@ -39,6 +43,9 @@ const (
 	CodeQuotaExceeded    = "quota_exceeded"
 	CodeTooManyExecs     = "too_many_concurrent_execs"
 	CodeUnavailable      = "cluster_unavailable"
+	CodeOutputBudget     = "memory_budget_exceeded"
+	CodeGatewayBusy      = "gateway_busy"
+	CodeMisconfigured    = "gateway_misconfigured"
 	CodeInternal         = "internal"
 	CodeMethodNotAllowed = "method_not_allowed"
 )
@@ -51,10 +58,15 @@ func notFound(what string) *Error {
 	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: what + " not found"}
 }
 
+// writeJSON answers v. HTML escaping is off: the body is JSON for programs (and nosniff), and escaping '<' as
+// \u003c would multiply command output sixfold.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 type errorEnvelope struct {
@@ -64,6 +76,9 @@ type errorEnvelope struct {
 func writeError(w http.ResponseWriter, e *Error) {
 	if sw, ok := w.(*statusWriter); ok && e.cause != nil {
 		sw.cause = e.cause
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
 	}
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)

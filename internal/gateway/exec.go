@@ -49,17 +49,22 @@ type StreamTruncation struct {
 	FullOutputPath string `json:"full_output_path,omitempty"`
 }
 
-func responseOf(res *exec.Result) ExecResponse {
+// responseOf is the API's view of a result; err, if any, says why the call was cut short.
+func responseOf(res *exec.Result, err error) ExecResponse {
 	st := func(t exec.StreamTruncation) StreamTruncation {
 		return StreamTruncation{Truncated: t.Truncated, KeptBytes: t.KeptBytes, OmittedBytes: t.OmittedBytes, FullOutputPath: t.FullOutputPath}
 	}
-	return ExecResponse{
+	r := ExecResponse{
 		ExitCode: res.ExitCode, DurationMS: res.Duration.Milliseconds(), Stdout: res.Stdout, Stderr: res.Stderr,
 		Truncated: res.Truncated, Outcome: string(res.Outcome), Signal: res.Signal,
 		StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
 		Truncation:       Truncation{Stdout: st(res.Truncation.Stdout), Stderr: st(res.Truncation.Stderr)},
 		OutputIncomplete: res.OutputIncomplete, Detail: res.Detail,
 	}
+	if err != nil {
+		r.Detail = strings.TrimPrefix(r.Detail+"; ", "; ") + "the call ended early: " + err.Error()
+	}
+	return r
 }
 
 func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Principal) {
@@ -68,6 +73,13 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 		writeError(w, e)
 		return
 	}
+	// Memory first: the body is read only within the budget, then the reservation becomes the command's.
+	mem, e := s.reserve(p, s.bodyCost(r))
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	defer mem.release()
 	var req ExecRequest
 	if !s.readJSON(w, r, &req, func() *Error { return req.validate(s.opts.MaxExecTimeout.Milliseconds()) }) {
 		return
@@ -85,6 +97,17 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 	defer release()
 
 	xr := s.execRequest(r.Context(), sb, &req)
+	stdin := 0
+	if req.Stdin != nil {
+		stdin = len(*req.Stdin)
+	}
+	if e := mem.resize(execCost(xr.KeepBytes, stdin)); e != nil {
+		s.metrics.rejected.WithLabelValues(p.Tenant, e.Code).Inc()
+		writeError(w, e)
+		return
+	}
+	// The server's write timeout is for ordinary calls; a command may run up to its own timeout.
+	extendDeadlines(w, xr.Timeout+execDeadlineSlack, false)
 	if s.opts.LogCommands {
 		s.opts.Logger.Info("exec", "tenant", p.Tenant, "sandbox", id, "argv", xr.Argv, "shell", xr.Shell)
 	}
@@ -94,10 +117,14 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 		res, err = s.streamExec(w, r, xr)
 	} else {
 		res, err = s.opts.Engine.Stream(r.Context(), xr, nil)
-		if err == nil {
-			writeJSON(w, http.StatusOK, responseOf(res))
-		} else if res == nil {
-			writeError(w, execError(err))
+		if res != nil {
+			// A result with an error (the call was cut short) is still the best answer there is.
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+			_ = writeExecResult(w, responseOf(res, err))
+		} else {
+			writeError(w, s.execError(err, sb.Namespace))
 		}
 	}
 	if res != nil {
@@ -108,6 +135,30 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 	if err != nil && r.Context().Err() == nil {
 		s.opts.Logger.Error(err, "exec", "tenant", p.Tenant, "sandbox", id)
 	}
+}
+
+// execDeadlineSlack is added to a command's timeout for the response's write deadline: the engine's grace
+// and deadline margin, and the time to send the result.
+const execDeadlineSlack = time.Minute
+
+// extendDeadlines moves the connection's write (and, for uploads, read) deadline to d from now. Recorders
+// in tests do not support deadlines; nothing to extend there.
+func extendDeadlines(w http.ResponseWriter, d time.Duration, read bool) {
+	rc := http.NewResponseController(w)
+	at := time.Now().Add(d)
+	_ = rc.SetWriteDeadline(at)
+	if read {
+		_ = rc.SetReadDeadline(at)
+	}
+}
+
+// reserve takes n bytes of the memory budget for the caller, counting refusals.
+func (s *Server) reserve(p auth.Principal, n int64) (*reservation, *Error) {
+	r, e := s.memory.reserve(p.Tenant, n)
+	if e != nil {
+		s.metrics.rejected.WithLabelValues(p.Tenant, e.Code).Inc()
+	}
+	return r, e
 }
 
 // readySandbox returns the caller's sandbox if commands may run in it, else 404 or 409 with its phase.
@@ -161,7 +212,8 @@ func (s *Server) execRequest(ctx context.Context, sb *airlockv1.Sandbox, req *Ex
 		}
 	}
 	if req.Stdin != nil {
-		xr.Stdin = []byte(*req.Stdin)
+		// A reader, not a copy: stdin may be most of the body.
+		xr.StdinReader = strings.NewReader(*req.Stdin)
 	}
 	if req.TimeoutMS != nil {
 		xr.Timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
@@ -202,17 +254,22 @@ func (s *Server) observeExec(p auth.Principal, res *exec.Result) {
 	s.metrics.outputBytes.WithLabelValues(p.Tenant, "stderr").Add(float64(res.StderrBytes))
 }
 
-// execError maps an engine error that came without a result.
-func execError(err error) *Error {
+// execError maps an engine error that came without a result. ns is the sandbox's namespace, for the message
+// an operator needs when the gateway's own permissions are wrong.
+func (s *Server) execError(err error, ns string) *Error {
 	switch {
 	case errors.Is(err, exec.ErrInvalidRequest):
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: err.Error()}
+	case errors.Is(err, exec.ErrForbidden):
+		s.opts.Logger.Error(err, "the gateway may not exec into sandbox pods: grant its ServiceAccount pods/exec (get, create) in this namespace (config/gateway/rbac.yaml)", "namespace", ns)
+		return &Error{Status: http.StatusInternalServerError, Code: CodeMisconfigured, cause: err,
+			Message: "the gateway is not allowed to run commands in namespace " + ns + " (RBAC: pods/exec get and create); an operator must fix the gateway's role; the command did not run"}
 	case errors.Is(err, exec.ErrNotStarted) && isNetError(err):
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the cluster is unreachable; the command did not run"}
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: retryAfterBudget, Message: "the cluster is unreachable; the command did not run"}
 	case errors.Is(err, exec.ErrNotStarted):
 		return &Error{Status: http.StatusConflict, Code: CodeNotReady, Message: "the command could not be started in the sandbox (its pod may be gone); it did not run"}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "request ended before the command started"}
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error running the command"}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error running the command", cause: err}
 }

@@ -3,15 +3,21 @@ package gateway
 // Files move over exec with stdin/stdout: the image runs no daemon. Until the wrapper offers a built-in file
 // operation, each transfer runs a few standard tools as plain argv (no shell, so no quoting of user paths):
 //
-//	GET: realpath ROOT FILE   then  base64 FILE            (output is escaped UTF-8, so bytes travel as base64)
+//	GET: realpath ROOT FILE   then  wc -c FILE  then  base64 FILE   (output is escaped UTF-8, so bytes travel
+//	     as base64; the size comes first so that the answer has a Content-Length or a clean 413)
 //	PUT: realpath ROOT DIR    then  dd of=DIR/.tmp-RANDOM  then  mv -f -T TMP DIR/NAME   (atomic rename)
+//
+// Neither direction holds the file: an upload streams the request body into dd's stdin, a download decodes
+// base64 from the exec stream straight into the response. A download that breaks after its first byte cannot
+// change its status any more; the connection is then cut, so the client sees fewer bytes than Content-Length
+// (an error in every HTTP client), never a short file that looks whole.
 //
 // The path is confined twice: lexically here (ConfinePath) and after the sandbox resolves every symlink
 // (realpath), whose answer must still be inside the working directory. rename(2) replaces a symlink at the
 // destination rather than following it. What remains is a window between the realpath and the
 // read/write in which code in the sandbox could swap a directory for a symlink; it can only redirect its own
 // sandbox's files, which that code can read and write anyway. The image needs GNU coreutils or BusyBox
-// (realpath, base64, dd, mv with -T, rm).
+// (realpath, wc, base64, dd, mv with -T, rm).
 
 import (
 	"bytes"
@@ -19,10 +25,12 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,41 +55,52 @@ type toolResult struct {
 }
 
 // runTool runs argv in the sandbox and returns all of its stdout (at most limit bytes, else 413).
-func (s *Server) runTool(ctx context.Context, sb *airlockv1.Sandbox, argv []string, stdin []byte, limit int64) (*toolResult, *Error) {
+func (s *Server) runTool(ctx context.Context, sb *airlockv1.Sandbox, argv []string, stdin io.Reader, limit int64) (*toolResult, *Error) {
 	var out bytes.Buffer
-	tooBig := false
+	res, e := s.streamTool(ctx, sb, argv, stdin, limit, func(b []byte) error {
+		if int64(out.Len()+len(b)) > limit {
+			return errTooBig
+		}
+		out.Write(b)
+		return nil
+	})
+	if e != nil {
+		return nil, e
+	}
+	return &toolResult{stdout: out.Bytes(), stderr: res.Stderr, exitCode: res.ExitCode}, nil
+}
+
+// streamTool runs argv in the sandbox, passing its stdout (at most limit bytes, else 413) to onStdout.
+func (s *Server) streamTool(ctx context.Context, sb *airlockv1.Sandbox, argv []string, stdin io.Reader, limit int64, onStdout func([]byte) error) (*exec.Result, *Error) {
+	var consumerErr error
 	req := exec.Request{
 		Namespace: sb.Namespace, Pod: podName(sb), Container: sandbox.ContainerName,
-		Argv: argv, Cwd: workingDir(sb), Stdin: stdin, Timeout: fileOpTimeout,
+		Argv: argv, Cwd: workingDir(sb), StdinReader: stdin, Timeout: fileOpTimeout,
 		KeepBytes: exec.MinKeepBytes, MaxOutputBytes: limit + 64<<10,
 	}
 	res, err := s.opts.Engine.Stream(ctx, req, func(c exec.Chunk) error {
 		if c.Stream != "stdout" {
 			return nil
 		}
-		if int64(out.Len()+len(c.Data)) > limit {
-			tooBig = true
-			return errTooBig
-		}
-		out.WriteString(c.Data)
-		return nil
+		consumerErr = onStdout(c.Raw)
+		return consumerErr
 	})
-	if tooBig || (res != nil && res.Outcome == exec.OutcomeOutputLimit) {
+	switch {
+	case errors.Is(consumerErr, errTooBig) || (res != nil && res.Outcome == exec.OutcomeOutputLimit):
 		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: fmt.Sprintf("file is larger than the limit of %d bytes", s.opts.MaxFileBytes)}
-	}
-	if err != nil && res == nil {
-		return nil, execError(err)
-	}
-	if err != nil || res.Outcome != exec.OutcomeExited {
+	case consumerErr != nil:
+		return nil, &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: "file transfer did not complete: " + consumerErr.Error(), cause: consumerErr}
+	case err != nil && res == nil:
+		return nil, s.execError(err, sb.Namespace)
+	case err != nil || res.Outcome != exec.OutcomeExited:
 		return nil, &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: "file transfer did not complete: " + string(res.Outcome) + " " + res.Detail}
-	}
-	if res.ExitCode == 127 || res.ExitCode == 126 {
+	case res.ExitCode == 127 || res.ExitCode == 126:
 		return nil, &Error{Status: http.StatusConflict, Code: CodeImageTools, Message: fmt.Sprintf("the sandbox image cannot run %q, which file transfer needs (GNU coreutils or BusyBox)", argv[0])}
 	}
-	return &toolResult{stdout: out.Bytes(), stderr: res.Stderr, exitCode: res.ExitCode}, nil
+	return res, nil
 }
 
-var errTooBig = fmt.Errorf("output over the file size limit")
+var errTooBig = errors.New("output over the file size limit")
 
 // resolveInside runs realpath on the root and on p and checks that p resolves inside the root.
 func (s *Server) resolveInside(ctx context.Context, sb *airlockv1.Sandbox, root, p string) (string, *Error) {
@@ -116,6 +135,10 @@ func filePath(r *http.Request, root string) (string, *Error) {
 	return full, nil
 }
 
+func (s *Server) tooLarge() *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: fmt.Sprintf("file is larger than the limit of %d bytes", s.opts.MaxFileBytes)}
+}
+
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	sb, full, release, e := s.fileCall(r, p)
 	if e != nil {
@@ -123,50 +146,158 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 		return
 	}
 	defer release()
+	extendDeadlines(w, 3*fileOpTimeout, false)
 	real, e := s.resolveInside(r.Context(), sb, workingDir(sb), full)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	// base64 of the limit, plus line breaks every 76 characters.
-	b64 := (s.opts.MaxFileBytes+2)/3*4 + s.opts.MaxFileBytes/57 + 1
-	tr, e := s.runTool(r.Context(), sb, []string{"base64", real}, nil, b64)
+	size, e := s.fileSize(r.Context(), sb, full, real)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
+	// base64 of the size, plus line breaks every 76 characters.
+	b64 := (size+2)/3*4 + size/57 + 1
+	dec := &b64Response{w: w, size: size}
+	res, e := s.streamTool(r.Context(), sb, []string{"base64", real}, nil, b64, dec.write)
+	if e == nil && res.ExitCode != 0 {
+		e = toolFailure("read", full, res.Stderr)
+	}
+	if e == nil {
+		e = dec.finish()
+	}
+	switch {
+	case e == nil:
+	case dec.written == 0 && !dec.started:
+		writeError(w, e)
+	default:
+		// Too late for a status: cut the connection so that the body is visibly short of its Content-Length.
+		s.opts.Logger.Error(e, "download broke after it started", "tenant", p.Tenant, "sandbox", sb.Name, "written", dec.written, "size", size)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// fileSize runs wc -c on the resolved file: 413 over the limit, and the Content-Length otherwise.
+func (s *Server) fileSize(ctx context.Context, sb *airlockv1.Sandbox, full, real string) (int64, *Error) {
+	tr, e := s.runTool(ctx, sb, []string{"wc", "-c", real}, nil, 2*maxPathLen+32)
+	if e != nil {
+		return 0, e
+	}
 	if tr.exitCode != 0 {
-		writeError(w, toolFailure("read", full, tr.stderr))
-		return
+		return 0, toolFailure("read", full, tr.stderr)
 	}
-	data, err := base64.StdEncoding.DecodeString(strings.NewReplacer("\n", "", "\r", "").Replace(string(tr.stdout)))
+	f := strings.Fields(string(tr.stdout))
+	if len(f) == 0 {
+		return 0, &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: "unexpected wc output in the sandbox"}
+	}
+	n, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || n < 0 {
+		return 0, &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: "unexpected wc output in the sandbox"}
+	}
+	if n > s.opts.MaxFileBytes {
+		return 0, s.tooLarge()
+	}
+	return n, nil
+}
+
+// b64Response decodes base64 (with line breaks) as it arrives and writes the bytes to the response, which it
+// starts on the first of them with the size as Content-Length.
+type b64Response struct {
+	w       http.ResponseWriter
+	size    int64
+	written int64
+	started bool
+	pending []byte // base64 characters not yet decoded (fewer than 4 after each write)
+	out     []byte
+}
+
+var errFileChanged = errors.New("the file changed size during the download")
+
+func (d *b64Response) write(b []byte) error {
+	for _, c := range b {
+		if c != '\n' && c != '\r' {
+			d.pending = append(d.pending, c)
+		}
+	}
+	n := len(d.pending) / 4 * 4
+	if n == 0 {
+		return nil
+	}
+	d.out = slices.Grow(d.out[:0], base64.StdEncoding.DecodedLen(n))[:base64.StdEncoding.DecodedLen(n)]
+	m, err := base64.StdEncoding.Decode(d.out, d.pending[:n])
 	if err != nil {
-		writeError(w, &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: "file transfer was corrupted"})
-		return
+		return fmt.Errorf("file transfer was corrupted: %w", err)
 	}
-	if int64(len(data)) > s.opts.MaxFileBytes {
-		writeError(w, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: fmt.Sprintf("file is larger than the limit of %d bytes", s.opts.MaxFileBytes)})
-		return
+	d.pending = append(d.pending[:0], d.pending[n:]...)
+	return d.emit(d.out[:m])
+}
+
+func (d *b64Response) emit(b []byte) error {
+	if d.written+int64(len(b)) > d.size {
+		return errFileChanged
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(data)
+	d.start()
+	n, err := d.w.Write(b)
+	d.written += int64(n)
+	if err != nil {
+		return fmt.Errorf("writing the response: %w", err)
+	}
+	return nil
+}
+
+func (d *b64Response) start() {
+	if !d.started {
+		d.started = true
+		d.w.Header().Set("Content-Type", "application/octet-stream")
+		d.w.Header().Set("Content-Length", strconv.FormatInt(d.size, 10))
+		d.w.WriteHeader(http.StatusOK)
+	}
+}
+
+// finish checks that the whole file arrived (an empty file answers here).
+func (d *b64Response) finish() *Error {
+	switch {
+	case len(d.pending) != 0:
+		return &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: "file transfer was corrupted"}
+	case d.written != d.size:
+		return &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: errFileChanged.Error() + "; retry"}
+	}
+	d.start()
+	return nil
+}
+
+// countingReader counts what the upload body gave and keeps its error: client-go ends the command's stdin
+// on a read error as on EOF, so the result alone cannot tell a short body from a whole one.
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && !errors.Is(err, io.EOF) {
+		c.err = err
+	}
+	return n, err
 }
 
 func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxFileBytes)
-	data, err := io.ReadAll(r.Body)
-	if err != nil {
-		writeError(w, jsonError(err))
-		return
-	}
+	// The slot and the memory come first: a body is read only by a call that may run.
 	sb, full, release, e := s.fileCall(r, p)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
 	defer release()
+	if r.ContentLength > s.opts.MaxFileBytes {
+		writeError(w, s.tooLarge())
+		return
+	}
+	// The server's read timeout is for ordinary bodies; an upload may take as long as the transfer may.
+	extendDeadlines(w, 2*fileOpTimeout, true)
 	root := workingDir(sb)
 	if full == path.Clean(root) {
 		writeError(w, badField("path", "names the working directory itself; give a file path"))
@@ -182,10 +313,11 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 		return
 	}
 	tmp := path.Join(realDir, ".airlock-upload-"+randomHex())
-	if data == nil {
-		data = []byte{}
+	body := &countingReader{r: http.MaxBytesReader(w, r.Body, s.opts.MaxFileBytes)}
+	tr, e := s.runTool(r.Context(), sb, []string{"dd", "of=" + tmp, "bs=65536"}, body, 1024)
+	if body.err != nil {
+		e = uploadError(body.err)
 	}
-	tr, e := s.runTool(r.Context(), sb, []string{"dd", "of=" + tmp, "bs=65536"}, data, 1024)
 	if e == nil && tr.exitCode != 0 {
 		e = toolFailure("write", full, tr.stderr)
 	}
@@ -203,10 +335,20 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 		writeError(w, e)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"path": full, "bytes": len(data)})
+	writeJSON(w, http.StatusOK, map[string]any{"path": full, "bytes": body.n})
 }
 
-// fileCall does what GET and PUT share: the ready sandbox, the confined path and a concurrency slot.
+// uploadError maps a failure to read the upload body.
+func uploadError(err error) *Error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: fmt.Sprintf("file is larger than the limit of %d bytes", mbe.Limit)}
+	}
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: "body: the upload did not arrive whole: " + err.Error() + "; nothing was written"}
+}
+
+// fileCall does what GET and PUT share: the ready sandbox, the confined path, a concurrency slot and the
+// transfer's memory.
 func (s *Server) fileCall(r *http.Request, p auth.Principal) (*airlockv1.Sandbox, string, func(), *Error) {
 	id, e := sandboxID(r)
 	if e != nil {
@@ -224,7 +366,12 @@ func (s *Server) fileCall(r *http.Request, p auth.Principal) (*airlockv1.Sandbox
 	if e != nil {
 		return nil, "", nil, e
 	}
-	return sb, full, release, nil
+	mem, e := s.reserve(p, callOverhead+fileChunk)
+	if e != nil {
+		release()
+		return nil, "", nil, e
+	}
+	return sb, full, func() { mem.release(); release() }, nil
 }
 
 // toolFailure maps a failed helper's stderr to a status.

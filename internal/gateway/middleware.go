@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"airlock.dev/airlock/internal/gateway/auth"
 )
@@ -72,16 +75,30 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 	})
 }
 
-// recoverer turns a panic into a logged 500; a handler bug must not take the gateway down.
+// recoverer turns a panic into a logged 500; a handler bug must not take the gateway down. It runs inside
+// accessLog, so w is the statusWriter and tells whether the answer has started: an NDJSON stream then ends
+// with an error line, any other body is cut off (a second JSON body would corrupt the first).
 func (s *Server) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				s.opts.Logger.Error(nil, "panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
-				writeError(w, &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"})
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.opts.Logger.Error(nil, "panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			e := &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
+			sw, ok := w.(*statusWriter)
+			switch {
+			case !ok || sw.status == 0:
+				writeError(w, e)
+			case strings.HasPrefix(w.Header().Get("Content-Type"), ndjsonType):
+				_ = json.NewEncoder(w).Encode(errorEnvelope{e})
+				sw.Flush()
+			default:
+				panic(http.ErrAbortHandler)
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -98,10 +115,7 @@ func (s *Server) authenticate(h func(http.ResponseWriter, *http.Request, auth.Pr
 		}
 		p, err := s.opts.Auth.Authenticate(r.Context(), strings.TrimSpace(key))
 		if err != nil {
-			if !errors.Is(err, auth.ErrUnauthenticated) {
-				s.opts.Logger.Error(err, "authenticating")
-			}
-			writeError(w, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: "invalid or revoked API key"})
+			writeError(w, authError(err))
 			return
 		}
 		if pp := principalFrom(r.Context()); pp != nil {
@@ -109,4 +123,19 @@ func (s *Server) authenticate(h func(http.ResponseWriter, *http.Request, auth.Pr
 		}
 		h(w, r, p)
 	})
+}
+
+// authError maps a failed key lookup: only a key that is really bad is 401. An API server that cannot be
+// asked is 503 (the key may be fine), a refusal of the gateway's own reads a configuration error; both are
+// logged with their cause by the access log.
+func authError(err error) *Error {
+	switch {
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: "invalid or revoked API key"}
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return &Error{Status: http.StatusInternalServerError, Code: CodeMisconfigured, cause: err,
+			Message: "the gateway may not read its API key Secrets (RBAC: secrets get, list, watch in its namespace); an operator must fix the gateway's role"}
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: retryAfterBudget, cause: err,
+		Message: "the API key could not be checked: the cluster is unreachable or overloaded; retry shortly"}
 }

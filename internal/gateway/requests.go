@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 
@@ -47,16 +48,21 @@ type ExecRequest struct {
 
 // Limits of request fields.
 const (
-	MaxTimeoutMinutes  = 24 * 60
-	maxEnv             = 64
-	maxEnvValue        = 32 << 10
-	maxMetadata        = 16
-	maxMetadataKey     = 63
-	maxMetadataValue   = 256
-	maxArgv            = 4096
-	maxCommandBytes    = 64 << 10 // the command travels in the exec URL
-	MinOutputBytes     = 256
-	MaxInlineOutput    = 16 << 20
+	MaxTimeoutMinutes = 24 * 60
+	maxEnv            = 64
+	maxEnvValue       = 32 << 10
+	maxMetadata       = 16
+	maxMetadataKey    = 63
+	maxMetadataValue  = 256
+	maxArgv           = 4096
+	maxCommandBytes   = 64 << 10 // the command travels in the exec URL
+	MinOutputBytes    = 256
+	// MaxInlineOutput caps max_output_bytes: what a model can use inline is far less, and every call reserves
+	// its worst case from the gateway's memory budget (execCost). The full output stays in the sandbox's file.
+	MaxInlineOutput = 1 << 20
+	// maxExecURLBytes bounds the URL-encoded command, cwd and env, which travel in the pods/exec URL: the API
+	// server and kubelet refuse request lines over 1 MiB, and proxies often far less.
+	maxExecURLBytes    = 256 << 10
 	DefaultExecTimeout = 60_000 // ms
 )
 
@@ -66,7 +72,6 @@ var (
 	sizeValues = map[string]airlockv1.Size{"small": airlockv1.SizeSmall, "medium": airlockv1.SizeMedium, "large": airlockv1.SizeLarge}
 )
 
-// decodeJSON reads one JSON object strictly: unknown fields and trailing data are errors that name the field.
 // readJSON bounds the body, decodes it into v and validates it, answering any error itself.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, validate func() *Error) bool {
 	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
@@ -81,13 +86,20 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, validat
 	return true
 }
 
+// decodeJSON reads one JSON object strictly: unknown fields are errors that name the field, trailing data is an
+// error.
 func decodeJSON(r *http.Request, v any) *Error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
-	if dec.More() {
+	// Anything but the end of the body after the object is an error: More misses a stray '}' or ']'.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return jsonError(err)
+		}
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: "body: trailing data after the JSON object"}
 	}
 	return nil
@@ -221,6 +233,9 @@ func (x *ExecRequest) validate(maxTimeoutMS int64) *Error {
 	if e := validateEnv("env", x.Env); e != nil {
 		return e
 	}
+	if e := x.checkURLSize(); e != nil {
+		return e
+	}
 	if x.TimeoutMS != nil && (*x.TimeoutMS < 1 || *x.TimeoutMS > maxTimeoutMS) {
 		return badField("timeout_ms", "must be between 1 and %d", maxTimeoutMS)
 	}
@@ -231,4 +246,27 @@ func (x *ExecRequest) validate(maxTimeoutMS int64) *Error {
 		return badField("kill_after_output_bytes", "must be positive")
 	}
 	return nil
+}
+
+// checkURLSize rejects a command line that cannot fit the exec URL, naming env when env makes it so.
+func (x *ExecRequest) checkURLSize() *Error {
+	// Each value becomes "&command=" + the escaped value; env entries are "--env", "K=V".
+	arg := func(v string) int { return len("&command=") + len(url.QueryEscape(v)) }
+	cmd := arg(x.Command) + arg(x.Cwd)
+	for _, a := range x.Argv {
+		cmd += arg(a)
+	}
+	env := 0
+	for k, v := range x.Env {
+		env += arg("--env") + arg(k+"="+v)
+	}
+	if cmd+env <= maxExecURLBytes {
+		return nil
+	}
+	field := "env"
+	if cmd > maxExecURLBytes || env == 0 {
+		field = "command"
+	}
+	return badField(field, "command, argv, cwd and env travel in the exec request's URL, limited to %d bytes URL-encoded; "+
+		"this one needs %d (command %d, env %d): pass large values on stdin or in a file", maxExecURLBytes, cmd+env, cmd, env)
 }

@@ -55,6 +55,12 @@ type Options struct {
 	CreateBurst int
 	// MaxExecsPerTenant bounds commands and file transfers in flight per tenant (default 20; < 0 disables).
 	MaxExecsPerTenant int
+	// MaxInflightBytes bounds the memory all calls in flight may hold, each counted at its worst case
+	// (default 256 MiB: MemoryPlan of DefaultMemoryLimit; < 0 disables). Over it calls answer 503 gateway_busy.
+	MaxInflightBytes int64
+	// MaxInflightBytesPerTenant is one tenant's share of it (default a quarter); over it, 429
+	// memory_budget_exceeded.
+	MaxInflightBytesPerTenant int64
 	// LogCommands adds commands to the access log (off by default: they may hold secrets).
 	LogCommands bool
 }
@@ -65,6 +71,7 @@ type Server struct {
 	metrics *Metrics
 	creates *rateLimiter
 	execs   *concurrencyLimiter
+	memory  *byteBudget
 	handler http.Handler
 }
 
@@ -96,6 +103,12 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxExecsPerTenant == 0 {
 		opts.MaxExecsPerTenant = 20
 	}
+	if opts.MaxInflightBytes == 0 {
+		opts.MaxInflightBytes, _ = MemoryPlan(DefaultMemoryLimit)
+	}
+	if opts.MaxInflightBytesPerTenant == 0 {
+		opts.MaxInflightBytesPerTenant = opts.MaxInflightBytes / 4
+	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
@@ -108,6 +121,7 @@ func New(opts Options) (*Server, error) {
 		metrics: m,
 		creates: newRateLimiter(opts.CreateRate, opts.CreateBurst),
 		execs:   newConcurrencyLimiter(opts.MaxExecsPerTenant),
+		memory:  newByteBudget(opts.MaxInflightBytes, opts.MaxInflightBytesPerTenant),
 	}
 	s.handler = s.routes()
 	return s, nil
@@ -164,5 +178,6 @@ func (s *Server) routes() http.Handler {
 		}
 		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path + "; see /v1/openapi.json"})
 	})
-	return s.recoverer(s.accessLog(mux))
+	// The recoverer inside the access log: it needs the statusWriter, and a recovered panic is logged as a 500.
+	return s.accessLog(s.recoverer(mux))
 }
