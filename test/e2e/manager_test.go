@@ -18,15 +18,17 @@ type managerProc struct {
 	log *os.File
 }
 
-func startManager() (*managerProc, error) {
+// startManager starts the manager with the suite's flags, plus extra ones (e.g. --allow-unisolated-runtimes).
+func startManager(extra ...string) (*managerProc, error) {
 	logPath := filepath.Join(os.TempDir(), fmt.Sprintf("airlock-e2e-manager-%d.log", os.Getpid()))
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	cmd := child.DieWithParent(exec.Command(managerBin, "--kubeconfig", kubeconfig, "--leader-elect=false",
+	args := append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false",
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
-		"--init-image", initImage, "--zap-log-level=info"))
+		"--init-image", initImage, "--zap-log-level=info"}, extra...)
+	cmd := child.DieWithParent(exec.Command(managerBin, args...))
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()

@@ -22,6 +22,9 @@ func BenchmarkColdReady(b *testing.B) {
 	const rounds = 5
 	for _, rc := range []string{"gvisor", "runc"} {
 		b.Run(rc, func(b *testing.B) {
+			if rc == "runc" {
+				restartManager(b, "--allow-unisolated-runtimes") // runc is refused by default
+			}
 			for b.Loop() {
 				ns := benchNamespace(b)
 				var pods, sandboxes []time.Duration

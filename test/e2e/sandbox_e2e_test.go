@@ -69,22 +69,6 @@ func TestGVisorSandboxIsReadyIsolatedAndKeepsState(t *testing.T) {
 	}
 }
 
-func TestRuncTemplateWorks(t *testing.T) {
-	ns := newTenant(t)
-	createSandbox(t, ns, "plain", withTemplate("python-node-runc"))
-	s := waitReady(t, ns, "plain")
-	if s.Status.RuntimeClassName != "runc" {
-		t.Fatalf("runtime %q, want runc", s.Status.RuntimeClassName)
-	}
-	host, _ := exec.Command("uname", "-r").Output()
-	if res := sh(t, ns, "plain", "uname -r", 30*time.Second); strings.TrimSpace(res.Stdout) != strings.TrimSpace(string(host)) {
-		t.Errorf("under runc uname -r should be the host's %q, got %q", host, res.Stdout)
-	}
-}
-
-// TestExpiryHoldsAcrossManagerKill: a sandbox lives until its hard expiry, not shorter, and is gone (with its
-// pod and policy) within 10 s after it, although the manager was SIGKILLed and restarted in between. The
-// finalizer's own records must be there: an Expired and a Deleted event.
 func TestExpiryHoldsAcrossManagerKill(t *testing.T) {
 	ns := newTenant(t)
 	const timeout = 20 * time.Second
