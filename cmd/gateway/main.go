@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -36,6 +37,7 @@ type flags struct {
 	listen, keyNamespace, defaultTemplate, protocol string
 	readyTimeout, maxExecTimeout, shutdownGrace     time.Duration
 	maxBody, maxFile, defaultOutput                 int64
+	memoryLimit, maxInflight, maxInflightPerTenant  int64
 	createRate                                      float64
 	createBurst, maxExecs                           int
 	logCommands, devLogs                            bool
@@ -56,6 +58,9 @@ func parseFlags() flags {
 	fs.Float64Var(&f.createRate, "create-rate", 1, "sandbox creations per second per API key (token bucket refill; negative disables)")
 	fs.IntVar(&f.createBurst, "create-burst", 10, "token bucket size for sandbox creations per API key")
 	fs.IntVar(&f.maxExecs, "max-concurrent-execs", 20, "commands and file transfers in flight per tenant; more is 429 (negative disables)")
+	fs.Int64Var(&f.memoryLimit, "memory-limit", 0, "memory the gateway may use, in bytes (0: the container's cgroup limit, else 512 MiB); sets the in-flight budget's default and, unless GOMEMLIMIT is set, the Go runtime's soft limit (90%)")
+	fs.Int64Var(&f.maxInflight, "max-inflight-bytes", 0, "memory all calls in flight may hold, each counted at its worst case (0: half of --memory-limit; negative disables); when full, calls answer 503 gateway_busy with Retry-After")
+	fs.Int64Var(&f.maxInflightPerTenant, "max-inflight-bytes-per-tenant", 0, "one tenant's share of --max-inflight-bytes (0: a quarter of it); over it, 429 memory_budget_exceeded")
 	fs.BoolVar(&f.logCommands, "log-commands", false, "log each command's argv or shell string (off: commands may carry secrets)")
 	fs.BoolVar(&f.devLogs, "dev-logs", false, "human-readable logs instead of JSON")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running requests may finish")
@@ -97,6 +102,8 @@ func run(f flags, log logr.Logger) error {
 		return err
 	}
 	srv := &http.Server{Addr: f.listen, Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Deadlines for ordinary calls; exec and file transfers extend theirs per request, up to their own timeouts.
+	srv.ReadTimeout, srv.WriteTimeout = time.Minute, 2*time.Minute
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 	log.Info("serving", "listen", f.listen, "keyNamespace", f.keyNamespace, "defaultTemplate", f.defaultTemplate)
@@ -181,6 +188,7 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (htt
 	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
+	inflight := memoryPlan(f, log)
 	srv, err := gateway.New(gateway.Options{
 		Client: c, Reader: ca, Engine: engine, Auth: keys,
 		Audit:  b.NewRecorder(scheme, "airlock-gateway"),
@@ -189,6 +197,7 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (htt
 		DefaultTemplate: f.defaultTemplate, ReadyTimeout: f.readyTimeout, MaxExecTimeout: f.maxExecTimeout,
 		DefaultOutputBytes: f.defaultOutput, MaxBodyBytes: f.maxBody, MaxFileBytes: f.maxFile,
 		CreateRate: f.createRate, CreateBurst: f.createBurst, MaxExecsPerTenant: f.maxExecs,
+		MaxInflightBytes: inflight, MaxInflightBytesPerTenant: f.maxInflightPerTenant,
 		LogCommands: f.logCommands,
 	})
 	if err != nil {
@@ -198,4 +207,25 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (htt
 		return nil, err
 	}
 	return srv.Handler(), nil
+}
+
+// memoryPlan sizes the in-flight byte budget from the memory limit and, unless GOMEMLIMIT is set, gives the
+// Go runtime a soft limit below it, so that the collector works harder before the kernel's OOM killer would.
+func memoryPlan(f flags, log logr.Logger) int64 {
+	limit, from := f.memoryLimit, "flag"
+	if limit <= 0 {
+		limit, from = gateway.MemoryLimit(), "cgroup"
+	}
+	if limit <= 0 {
+		limit, from = gateway.DefaultMemoryLimit, "default"
+	}
+	inflight, goLimit := gateway.MemoryPlan(limit)
+	if f.maxInflight != 0 {
+		inflight = f.maxInflight
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(goLimit)
+	}
+	log.Info("memory", "limit", limit, "from", from, "maxInflightBytes", inflight, "goMemLimit", debug.SetMemoryLimit(-1))
+	return inflight
 }

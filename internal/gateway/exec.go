@@ -107,7 +107,7 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 		return
 	}
 	// The server's write timeout is for ordinary calls; a command may run up to its own timeout.
-	extendDeadlines(w, xr.Timeout+execDeadlineSlack, false)
+	extendDeadlines(w, xr.Timeout+execDeadlineSlack)
 	if s.opts.LogCommands {
 		s.opts.Logger.Info("exec", "tenant", p.Tenant, "sandbox", id, "argv", xr.Argv, "shell", xr.Shell)
 	}
@@ -141,15 +141,15 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 // and deadline margin, and the time to send the result.
 const execDeadlineSlack = time.Minute
 
-// extendDeadlines moves the connection's write (and, for uploads, read) deadline to d from now. Recorders
-// in tests do not support deadlines; nothing to extend there.
-func extendDeadlines(w http.ResponseWriter, d time.Duration, read bool) {
+// extendDeadlines moves the connection's read and write deadlines to d from now, past the server's timeouts
+// for ordinary calls. The read deadline matters even once the body is read: when it passes, net/http's
+// background read fails and cancels the request's context, which would abandon the command. Recorders in
+// tests do not support deadlines; nothing to extend there.
+func extendDeadlines(w http.ResponseWriter, d time.Duration) {
 	rc := http.NewResponseController(w)
 	at := time.Now().Add(d)
+	_ = rc.SetReadDeadline(at)
 	_ = rc.SetWriteDeadline(at)
-	if read {
-		_ = rc.SetReadDeadline(at)
-	}
 }
 
 // reserve takes n bytes of the memory budget for the caller, counting refusals.

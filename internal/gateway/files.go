@@ -146,7 +146,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 		return
 	}
 	defer release()
-	extendDeadlines(w, 3*fileOpTimeout, false)
+	extendDeadlines(w, 3*fileOpTimeout)
 	real, e := s.resolveInside(r.Context(), sb, workingDir(sb), full)
 	if e != nil {
 		writeError(w, e)
@@ -297,7 +297,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 		return
 	}
 	// The server's read timeout is for ordinary bodies; an upload may take as long as the transfer may.
-	extendDeadlines(w, 2*fileOpTimeout, true)
+	extendDeadlines(w, 2*fileOpTimeout)
 	root := workingDir(sb)
 	if full == path.Clean(root) {
 		writeError(w, badField("path", "names the working directory itself; give a file path"))
