@@ -87,6 +87,10 @@ func setup(m *testing.M) (int, error) {
 		"crd/sandboxes.sandbox.airlock.dev", "crd/sandboxtemplates.sandbox.airlock.dev", "--timeout=60s").CombinedOutput(); err != nil {
 		return 1, fmt.Errorf("waiting for CRDs: %v\n%s", err, out)
 	}
+	if err := prepareExecGuard(context.Background()); err != nil {
+		return 1, err
+	}
+	defer func() { _ = deleteExecGuardConfig(context.Background()) }()
 	if mgr, err = startManager(); err != nil {
 		return 1, err
 	}

@@ -37,7 +37,8 @@ type Guard struct {
 	Reader client.Reader
 }
 
-// Handle admits a CONNECT to pods/exec if Check passes; every other CONNECT, and every error, is a denial.
+// Handle admits a CONNECT to pods/exec into the sandbox container of a pod Check accepts; every other CONNECT,
+// and every error, is a denial.
 func (g *Guard) Handle(ctx context.Context, req admission.Request) admission.Response {
 	log := logf.FromContext(ctx)
 	resp := g.decide(ctx, req)
@@ -55,13 +56,6 @@ func (g *Guard) decide(ctx context.Context, req admission.Request) admission.Res
 	if req.SubResource != "exec" {
 		// The gateway never attaches, port-forwards or proxies: those would reach past the sandbox's command API.
 		return deny("pods/%s is not allowed for this identity: it may only run commands (pods/exec) in sandbox pods", req.SubResource)
-	}
-	var opts corev1.PodExecOptions
-	if err := json.Unmarshal(req.Object.Raw, &opts); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("%sdecoding PodExecOptions: %w", DenialPrefix, err))
-	}
-	if opts.Container != sandbox.ContainerName {
-		return deny("exec into container %q of pod %s/%s: only the %q container may be used", opts.Container, req.Namespace, req.Name, sandbox.ContainerName)
 	}
 	pod := &corev1.Pod{}
 	if err := g.Reader.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, pod); err != nil {
@@ -83,6 +77,13 @@ func (g *Guard) decide(ctx context.Context, req admission.Request) admission.Res
 	}
 	if err := Check(pod, sbx); err != nil {
 		return deny("%v", err)
+	}
+	var opts corev1.PodExecOptions
+	if err := json.Unmarshal(req.Object.Raw, &opts); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("%sdecoding PodExecOptions: %w", DenialPrefix, err))
+	}
+	if opts.Container != sandbox.ContainerName {
+		return deny("exec into container %q of pod %s/%s: only the %q container may be used", opts.Container, req.Namespace, req.Name, sandbox.ContainerName)
 	}
 	return admission.Allowed("")
 }
