@@ -127,7 +127,11 @@ func newGateway(tb testing.TB, mutate func(*Options)) *gw {
 	if err := store.Run(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	g.exec = execserver.Start(execserver.Options{Rewrite: map[string]string{exec.DefaultWrapperPath: wrapper(tb)}})
+	// The exec server runs commands on this machine: HOME (where the wrapper keeps full outputs) and the
+	// default directory are temporary, never the host's.
+	home := tb.TempDir()
+	g.exec = execserver.Start(execserver.Options{Rewrite: map[string]string{exec.DefaultWrapperPath: wrapper(tb)},
+		Env: []string{"HOME=" + home}, Dir: home})
 	engine, err := exec.New(g.exec.RESTConfig(), exec.Options{})
 	if err != nil {
 		tb.Fatal(err)
@@ -236,18 +240,38 @@ func waitFor(tb testing.TB, d time.Duration, cond func() bool) {
 // do sends a request and decodes a JSON answer into a map (nil for an empty body).
 func (g *gw) do(tb testing.TB, key, method, path string, body any, hdr ...string) (int, map[string]any) {
 	tb.Helper()
-	resp, raw := g.raw(tb, key, method, path, body, hdr...)
+	code, m, err := g.try(key, method, path, body, hdr...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return code, m
+}
+
+// try is do for goroutines other than the test's, which must not call t.Fatal: it returns the failure.
+func (g *gw) try(key, method, path string, body any, hdr ...string) (int, map[string]any, error) {
+	resp, raw, err := g.tryRaw(key, method, path, body, hdr...)
+	if err != nil {
+		return 0, nil, err
+	}
 	var m map[string]any
 	if len(raw) > 0 && resp.Header.Get("Content-Type") == "application/json" {
 		if err := json.Unmarshal(raw, &m); err != nil {
-			tb.Fatalf("%s %s: bad JSON %q: %v", method, path, raw, err)
+			return 0, nil, fmt.Errorf("%s %s: bad JSON %q: %w", method, path, raw, err)
 		}
 	}
-	return resp.StatusCode, m
+	return resp.StatusCode, m, nil
 }
 
 func (g *gw) raw(tb testing.TB, key, method, path string, body any, hdr ...string) (*http.Response, []byte) {
 	tb.Helper()
+	resp, raw, err := g.tryRaw(key, method, path, body, hdr...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp, raw
+}
+
+func (g *gw) tryRaw(key, method, path string, body any, hdr ...string) (*http.Response, []byte, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -255,11 +279,19 @@ func (g *gw) raw(tb testing.TB, key, method, path string, body any, hdr ...strin
 		rd = bytes.NewReader(b)
 	case string:
 		rd = bytes.NewReader([]byte(b))
+	case io.Reader:
+		rd = b
 	default:
-		j, _ := json.Marshal(b)
+		j, err := json.Marshal(b)
+		if err != nil {
+			return nil, nil, err
+		}
 		rd = bytes.NewReader(j)
 	}
-	req, _ := http.NewRequest(method, g.http.URL+path, rd)
+	req, err := http.NewRequest(method, g.http.URL+path, rd)
+	if err != nil {
+		return nil, nil, err
+	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
@@ -268,11 +300,14 @@ func (g *gw) raw(tb testing.TB, key, method, path string, body any, hdr ...strin
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		tb.Fatalf("%s %s: %v", method, path, err)
+		return nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return resp, raw
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp, raw, fmt.Errorf("%s %s: reading the body: %w", method, path, err)
+	}
+	return resp, raw, nil
 }
 
 // markReady plays the controller: pods never run in envtest, so the test sets the status it would.

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,7 +55,7 @@ func TestIntegrationExec(t *testing.T) {
 	}
 	pending := g.readySandbox(t, ns, wd)
 	g.setPhase(t, ns, pending, "Pending")
-	if code, body = g.do(t, key, "POST", "/v1/sandboxes/"+pending+"/exec", `{"command": "true"}`); code != 409 || body["error"].(map[string]any)["phase"] != "pending" {
+	if code, body = g.do(t, key, "POST", "/v1/sandboxes/"+pending+"/exec", `{"command": "true"}`); code != 409 || errPhase(body) != "pending" {
 		t.Fatalf("not ready: %d %v", code, body)
 	}
 }
@@ -75,18 +77,24 @@ func TestIntegrationExecNDJSON(t *testing.T) {
 		}
 		lines = append(lines, m)
 	}
+	if len(lines) == 0 {
+		t.Fatalf("no lines in %q", raw)
+	}
 	last := lines[len(lines)-1]
 	if last["outcome"] != "exited" || last["exit_code"] != 0.0 || last["stdout"] != "one\nthree\n" {
 		t.Fatalf("result line %v", last)
 	}
 	var out, errs strings.Builder
 	for _, l := range lines[:len(lines)-1] {
+		data, ok := l["data"].(string)
 		switch l["stream"] {
 		case "stdout":
-			out.WriteString(l["data"].(string))
+			out.WriteString(data)
 		case "stderr":
-			errs.WriteString(l["data"].(string))
-		default:
+			errs.WriteString(data)
+		}
+		switch {
+		case !ok, l["stream"] != "stdout" && l["stream"] != "stderr":
 			t.Fatalf("chunk line %v", l)
 		}
 	}
@@ -122,19 +130,33 @@ func TestIntegrationFiles(t *testing.T) {
 	if ents, _ := os.ReadDir(wd); len(ents) != 1 {
 		t.Fatalf("leftovers in %s: %v", wd, ents)
 	}
-	// Escapes: lexical (..) and through a symlink, both ways.
-	if err := os.Symlink("/etc", filepath.Join(wd, "etc")); err != nil {
+	// Escapes: lexical (..), absolute outside the working directory, and through a symlink, both ways. The
+	// exec server runs commands on this machine, so every target is a decoy under the test's temporary
+	// directory, never a real system file: a confinement regression (or a later rule that accepts absolute
+	// paths anywhere the sandbox user may write) can only touch decoys.
+	decoy := t.TempDir()
+	secret := []byte("decoy: must stay unchanged\n")
+	if err := os.WriteFile(filepath.Join(decoy, "passwd"), secret, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"../x", "/etc/passwd", "etc/passwd", "etc/evil"} {
+	if err := os.Symlink(decoy, filepath.Join(wd, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"../x", decoy + "/passwd", "etc/passwd", "etc/evil"} {
 		for _, m := range []string{"GET", "PUT"} {
-			if code, body := g.do(t, key, m, files+p, "x"); code != 400 || errField(body) != "path" {
+			if code, body := g.do(t, key, m, files+url.QueryEscape(p), "x"); code != 400 || errField(body) != "path" {
 				t.Errorf("%s %s: %d %v, want 400 naming path", m, p, code, body)
 			}
 		}
 	}
-	if _, err := os.Stat("/etc/evil"); err == nil {
+	if got, err := os.ReadFile(filepath.Join(decoy, "passwd")); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("wrote through to the decoy: %q %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(decoy, "evil")); err == nil {
 		t.Fatal("wrote through the symlink")
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(wd), "x")); err == nil {
+		t.Fatal("wrote outside the working directory")
 	}
 	if code, _ := g.do(t, key, "GET", files+"missing", nil); code != 404 {
 		t.Errorf("missing file: %d", code)
@@ -145,10 +167,24 @@ func TestIntegrationFiles(t *testing.T) {
 	if code, body := g.do(t, key, "PUT", files+"big", make([]byte, 1<<20+1)); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("too big: %d %v", code, body)
 	}
+	// Streamed without a length: refused once the limit is crossed, nothing left behind.
+	over := io.MultiReader(bytes.NewReader(make([]byte, 1<<20)), strings.NewReader("xx"))
+	if code, body := g.do(t, key, "PUT", files+"big2", over); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("streamed too big: %d %v", code, body)
+	}
+	if ents, _ := os.ReadDir(wd); len(ents) != 2 { // bin.dat and the etc symlink
+		t.Errorf("leftovers in %s: %v", wd, ents)
+	}
 	if err := os.WriteFile(filepath.Join(wd, "huge"), make([]byte, 1<<20+10), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if code, _ := g.do(t, key, "GET", files+"huge", nil); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("download too big: %d", code)
 	}
+}
+
+func errPhase(body map[string]any) string {
+	e, _ := body["error"].(map[string]any)
+	p, _ := e["phase"].(string)
+	return p
 }

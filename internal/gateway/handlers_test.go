@@ -91,7 +91,7 @@ func TestValidationNamesTheField(t *testing.T) {
 		if code != 400 || errField(body) != c.field || errCode(body) != CodeInvalid {
 			t.Errorf("%s %s: %d %v, want 400 naming %q", c.path, c.body, code, body, c.field)
 		}
-		if msg := body["error"].(map[string]any)["message"].(string); !strings.HasPrefix(msg, c.field+":") {
+		if msg := errMessage(body); !strings.HasPrefix(msg, c.field+":") {
 			t.Errorf("%s %s: message %q does not start with the field", c.path, c.body, msg)
 		}
 	}

@@ -49,12 +49,15 @@ func TestIntegrationCRUD(t *testing.T) {
 	if code != http.StatusCreated || body["status"] != "pending" || body["network"] != "restricted" {
 		t.Fatalf("create: %d %v", code, body)
 	}
-	id := body["id"].(string)
+	id, _ := body["id"].(string)
+	if id == "" {
+		t.Fatalf("create: no id in %v", body)
+	}
 	if md, _ := body["metadata"].(map[string]any); md["run"] != "r1" {
 		t.Fatalf("metadata %v", body["metadata"])
 	}
 	code, body = g.do(t, key, "GET", "/v1/sandboxes", nil)
-	if list, _ := body["sandboxes"].([]any); code != 200 || len(list) != 1 || list[0].(map[string]any)["id"] != id {
+	if list, _ := body["sandboxes"].([]any); code != 200 || len(list) != 1 || idOf(list[0]) != id {
 		t.Fatalf("list: %d %v", code, body)
 	}
 	g.markReady(t, ns, id)
@@ -131,7 +134,7 @@ func TestIntegrationTenantIsolation(t *testing.T) {
 			t.Errorf("tenant B %s %s: %d %v, want 404", c.method, c.path, code, resp)
 		}
 	}
-	if _, body := g.do(t, keyB, "GET", "/v1/sandboxes", nil); len(body["sandboxes"].([]any)) != 0 {
+	if _, body := g.do(t, keyB, "GET", "/v1/sandboxes", nil); !isEmptyList(body["sandboxes"]) {
 		t.Errorf("tenant B lists A's sandboxes: %v", body)
 	}
 	if code, _ := g.do(t, keyA, "GET", "/v1/sandboxes/"+id, nil); code != 200 {
@@ -177,21 +180,30 @@ func TestIntegrationQuota(t *testing.T) {
 	var mu sync.Mutex
 	codes := map[int]int{}
 	var msg string
+	errs := make(chan error, 50)
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			code, body := g.do(t, key, "POST", "/v1/sandboxes", `{"wait": false}`)
+			code, body, err := g.try(key, "POST", "/v1/sandboxes", `{"wait": false}`)
+			if err != nil {
+				errs <- err
+				return
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			codes[code]++
 			if code == 429 {
-				msg = body["error"].(map[string]any)["message"].(string)
+				msg = errMessage(body)
 			}
 		}()
 	}
 	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
 	if codes[201] != 20 || codes[429] != 30 {
 		t.Fatalf("status counts %v, want 20 x 201 and 30 x 429", codes)
 	}
@@ -216,4 +228,16 @@ func TestIntegrationCreateRateLimit(t *testing.T) {
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("third create: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
+}
+
+func idOf(v any) string {
+	m, _ := v.(map[string]any)
+	id, _ := m["id"].(string)
+	return id
+}
+
+// isEmptyList reports whether v is a JSON array with no elements (not missing, not another type).
+func isEmptyList(v any) bool {
+	l, ok := v.([]any)
+	return ok && len(l) == 0
 }
