@@ -43,8 +43,7 @@ func (g *Guard) Handle(ctx context.Context, req admission.Request) admission.Res
 	log := logf.FromContext(ctx)
 	resp := g.decide(ctx, req)
 	if !resp.Allowed {
-		log.Info("denied", "user", req.UserInfo.Username, "subresource", req.SubResource,
-			"namespace", req.Namespace, "pod", req.Name, "reason", resp.Result.Message)
+		log.Info("denied", "subresource", req.SubResource, "reason", resp.Result.Message) // the logger names user and pod
 	}
 	return resp
 }
