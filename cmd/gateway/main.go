@@ -35,6 +35,7 @@ import (
 
 type flags struct {
 	listen, keyNamespace, defaultTemplate, protocol string
+	metricsListen                                   string
 	readyTimeout, maxExecTimeout, shutdownGrace     time.Duration
 	maxBody, maxFile, defaultOutput                 int64
 	memoryLimit, maxInflight, maxInflightPerTenant  int64
@@ -46,7 +47,8 @@ type flags struct {
 func parseFlags() flags {
 	var f flags
 	fs := flag.CommandLine
-	fs.StringVar(&f.listen, "listen", ":8080", "address to serve the API, /metrics and /healthz on")
+	fs.StringVar(&f.listen, "listen", ":8080", "address to serve the API and /healthz on")
+	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address to serve /metrics on, apart from the API so that only scrapers reach it; \"0\" disables it")
 	fs.StringVar(&f.keyNamespace, "key-namespace", envOr("POD_NAMESPACE", "airlock-system"), "namespace of the API key Secrets (the gateway's own; default $POD_NAMESPACE)")
 	fs.StringVar(&f.defaultTemplate, "default-template", "python-node", "SandboxTemplate used when a create request names none (it must exist in each tenant namespace)")
 	fs.StringVar(&f.protocol, "exec-protocol", "auto", "pods/exec transport: auto (WebSocket, falling back to SPDY), spdy or websocket")
@@ -97,19 +99,26 @@ func run(f flags, log logr.Logger) error {
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "airlock-gateway"
-	h, err := build(ctx, cfg, f, log)
+	gw, err := build(ctx, cfg, f, log)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: f.listen, Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Addr: f.listen, Handler: gw.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	// Deadlines for ordinary calls; exec and file transfers extend theirs per request, up to their own timeouts.
 	srv.ReadTimeout, srv.WriteTimeout = time.Minute, 2*time.Minute
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("serving", "listen", f.listen, "keyNamespace", f.keyNamespace, "defaultTemplate", f.defaultTemplate)
+	errc := make(chan error, 2)
+	go func() { errc <- fmt.Errorf("listen %s: %w", f.listen, srv.ListenAndServe()) }()
+	if f.metricsListen != "0" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", gw.MetricsHandler())
+		msrv := &http.Server{Addr: f.metricsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- fmt.Errorf("metrics listen %s: %w", f.metricsListen, msrv.ListenAndServe()) }()
+		defer msrv.Close()
+	}
+	log.Info("serving", "listen", f.listen, "metricsListen", f.metricsListen, "keyNamespace", f.keyNamespace, "defaultTemplate", f.defaultTemplate)
 	select {
 	case err := <-errc:
-		return fmt.Errorf("listen %s: %w", f.listen, err)
+		return err
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownGrace)
@@ -120,8 +129,8 @@ func run(f flags, log logr.Logger) error {
 	return nil
 }
 
-// build wires clients, caches, the key store, the exec engine and audit events into the handler.
-func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (http.Handler, error) {
+// build wires clients, caches, the key store, the exec engine and audit events into the server.
+func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*gateway.Server, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -206,7 +215,7 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (htt
 	if err := srv.Metrics().Register(usage); err != nil {
 		return nil, err
 	}
-	return srv.Handler(), nil
+	return srv, nil
 }
 
 // memoryPlan sizes the in-flight byte budget from the memory limit and, unless GOMEMLIMIT is set, gives the

@@ -35,6 +35,7 @@ func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Cod
 const (
 	CodeInvalid          = "invalid_request"
 	CodeUnauthenticated  = "unauthenticated"
+	CodeForbidden        = "forbidden"
 	CodeNotFound         = "not_found"
 	CodeConflict         = "conflict"
 	CodeNotReady         = "sandbox_not_ready"

@@ -114,6 +114,11 @@ func (s *Server) authenticate(h func(http.ResponseWriter, *http.Request, auth.Pr
 			return
 		}
 		p, err := s.opts.Auth.Authenticate(r.Context(), strings.TrimSpace(key))
+		if errors.Is(err, auth.ErrNotTenant) {
+			// 403, not 401: the key is good, its namespace is not (or no longer) a tenant; a new key would not help.
+			writeError(w, &Error{Status: http.StatusForbidden, Code: CodeForbidden, Message: err.Error()})
+			return
+		}
 		if err != nil {
 			writeError(w, authError(err))
 			return

@@ -36,7 +36,7 @@ type Options struct {
 	Auth   Authenticator
 	// Audit, if set, records events.k8s.io Events on create, delete and exec.
 	Audit AuditRecorder
-	// Registry receives the gateway's metrics (a new one if nil); /metrics serves it.
+	// Registry receives the gateway's metrics (a new one if nil); MetricsHandler serves it.
 	Registry *prometheus.Registry
 	Logger   logr.Logger
 
@@ -139,8 +139,14 @@ func defInt(i *int64, v int64) {
 	}
 }
 
-// Handler is the whole HTTP API, /metrics included.
+// Handler is the HTTP API and /healthz. /metrics is not on it: metrics name tenants, so they are served on a
+// listener of their own (MetricsHandler) that only scrapers reach.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// MetricsHandler serves the gateway's metrics in the Prometheus format.
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{})
+}
 
 // Metrics are the gateway's metrics (to register extra collectors such as UsageCollector).
 func (s *Server) Metrics() *Metrics { return s.metrics }
@@ -160,7 +166,6 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/sandboxes/{id}/files", authed(s.getFile))
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
 	// The catch-all also shadows the mux's own 405: tell "wrong method" from "no such path" here.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		var allow []string

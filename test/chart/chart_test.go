@@ -166,7 +166,7 @@ func TestManagerDeployment(t *testing.T) {
 		t.Errorf("service account %q", d.Spec.Template.Spec.ServiceAccountName)
 	}
 	want := []string{"--leader-elect=true", "--init-image=localhost/airlock/init:" + version.Version,
-		"--default-runtime-class=gvisor", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
+		"--default-runtime-class=gvisor", "--metrics-bind-address=:8443", "--health-probe-bind-address=:8081",
 		"--isolating-handlers=runsc,kata*", "--allow-unisolated-runtimes=false"}
 	for _, w := range want {
 		if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, w) {
@@ -276,6 +276,7 @@ func TestGatewayRBACIsLeastPrivilege(t *testing.T) {
 		{APIGroups: []string{"sandbox.airlock.dev"}, Resources: []string{"sandboxes"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
 		{APIGroups: []string{"sandbox.airlock.dev"}, Resources: []string{"sandboxtemplates"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
 	}
 	if !reflect.DeepEqual(cr.Rules, want) {
 		t.Errorf("gateway cluster rules:\n got %v\nwant %v", cr.Rules, want)
@@ -495,10 +496,17 @@ func TestNotes(t *testing.T) {
 		"port-forward svc/airlock-gateway 8080:80",
 		"http://localhost:8080/v1/sandboxes/$SBX/exec",
 		"http://airlock-gateway.airlock-system.svc:80",
+		// Tenants outside the chart get the same per-tenant exec RoleBinding, named for this release.
+		"airlock tenant create NAME --key-namespace airlock-system --gateway-service-account airlock-gateway",
+		"--exec-cluster-role airlock-gateway-exec",
 	} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
 		}
+	}
+	// Cluster-wide exec is never suggested, only warned about when chosen.
+	if strings.Contains(notes, "clusterWideExec") {
+		t.Errorf("NOTES mention clusterWideExec although it is off:\n%s", notes)
 	}
 	// The kubectl-only recipe must make keys the gateway accepts: run its ID= and KEY= lines and its hash.
 	var script []string

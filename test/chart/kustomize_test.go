@@ -75,6 +75,13 @@ func TestKustomizeDeploysWhatTheChartDeploys(t *testing.T) {
 			}
 		}
 	}
+	// pods/exec: neither path binds it cluster-wide; the chart binds it in its tenants, `airlock tenant create`
+	// in the others (kustomize has none).
+	for path, objs := range map[string]objects{"config/default": kz, "chart": chart} {
+		if wide, nss := execBindings(t, objs); len(wide)+len(nss) > 0 {
+			t.Errorf("%s binds pods/exec without a tenant: cluster-wide %v, in %v", path, wide, nss)
+		}
+	}
 	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +123,6 @@ var chartOnly = map[string]string{
 	"SandboxTemplate airlock-system/python-node":         "default templates; kustomize users apply config/samples",
 	"NetworkPolicy airlock-system/airlock-gateway":       "chart value networkPolicy.enabled",
 	"PodDisruptionBudget airlock-system/airlock-gateway": "chart renders it for replicas > 1",
-	"ClusterRole /airlock-gateway-exec":                  "the chart binds pods/exec per tenant namespace",
 }
 
 // grants lists what service account sa (in airlock-system) may do, one "scope|group|resource|verb" per entry;

@@ -131,3 +131,6 @@ Names of its objects, shared by the webhook objects and the manager's flags.
 {{- define "airlock.execWebhookConfig" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "exec-guard") }}{{- end -}}
 {{- define "airlock.execWebhookService" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "manager-webhook") }}{{- end -}}
 {{- define "airlock.execWebhookSecret" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "manager-webhook-cert") }}{{- end -}}
+
+{{/* The token Secret of the metrics scraper ServiceAccount (metrics-rbac.yaml), referenced by the ServiceMonitor. */}}
+{{- define "airlock.metricsScraperSecret" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "metrics-scraper-token") }}{{- end -}}

@@ -36,16 +36,18 @@ type Store struct {
 	// are rate limited, so well-formed but unknown keys cannot turn into a flood of API calls.
 	live        kubernetes.Interface
 	liveLimiter flowcontrol.RateLimiter
+	// tenants refuses keys whose namespace is not (or no longer) a tenant.
+	tenants *tenants
 }
 
-// NewStore watches the key Secrets in namespace. Call Run before Authenticate.
+// NewStore watches the key Secrets in namespace, and the tenant namespaces. Call Run before Authenticate.
 func NewStore(cs kubernetes.Interface, namespace string) *Store {
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 10*time.Minute,
 		informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelAPIKey + "=true" }))
 	inf := f.Core().V1().Secrets()
 	return &Store{namespace: namespace, informer: inf.Informer(), lister: inf.Lister(),
-		live: cs, liveLimiter: flowcontrol.NewTokenBucketRateLimiter(5, 10)}
+		live: cs, liveLimiter: flowcontrol.NewTokenBucketRateLimiter(5, 10), tenants: newTenants(cs)}
 }
 
 // Run starts the watch and waits for the first full list (so that no valid key is refused at start-up).
@@ -54,13 +56,13 @@ func (s *Store) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), s.informer.HasSynced) {
 		return fmt.Errorf("key secrets in %s: cache did not sync: %w", s.namespace, context.Cause(ctx))
 	}
-	return nil
+	return s.tenants.run(ctx)
 }
 
 // HasSynced reports whether the key cache is filled (for readiness).
-func (s *Store) HasSynced() bool { return s.informer.HasSynced() }
+func (s *Store) HasSynced() bool { return s.informer.HasSynced() && s.tenants.informer.HasSynced() }
 
-// Authenticate checks a bearer key.
+// Authenticate checks a bearer key, then that its namespace is still a tenant (ErrNotTenant otherwise).
 func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error) {
 	id, err := ParseKey(key)
 	if err != nil {
@@ -79,7 +81,14 @@ func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error)
 	if err != nil {
 		return Principal{}, fmt.Errorf("key %s: %w", id, err)
 	}
-	return principalFor(sec, key)
+	p, err := principalFor(sec, key)
+	if err != nil {
+		return Principal{}, err
+	}
+	if err := s.tenants.check(p.Tenant); err != nil {
+		return Principal{}, err
+	}
+	return p, nil
 }
 
 func principalFor(sec *corev1.Secret, key string) (Principal, error) {
