@@ -63,6 +63,7 @@ func markPodRunningWith(t *testing.T, c client.Client, pod *corev1.Pod, gateExit
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			t.Fatalf("getting bound pod: %v", err)
 		}
+		finishDeletion(t, c, pod)
 	}
 	now := metav1.Now()
 	pod.Status = corev1.PodStatus{
@@ -77,6 +78,27 @@ func markPodRunningWith(t *testing.T, c client.Client, pod *corev1.Pod, gateExit
 	if err := c.Status().Update(ctx, pod); err != nil {
 		t.Fatalf("updating pod status: %v", err)
 	}
+}
+
+// finishDeletion plays the kubelet's other part: the API server removes a bound pod only once its kubelet
+// confirms the containers stopped, so a deleted pod is force-removed here.
+func finishDeletion(t *testing.T, c client.Client, pod *corev1.Pod) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	k, uid := client.ObjectKeyFromObject(pod), pod.UID
+	go func() {
+		for ctx.Err() == nil {
+			p := &corev1.Pod{}
+			err := c.Get(ctx, k, p)
+			if apierrors.IsNotFound(err) || (err == nil && p.UID != uid) {
+				return
+			}
+			if err == nil && p.DeletionTimestamp != nil {
+				_ = c.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
 }
 
 func getSandbox(t *testing.T, c client.Client, ns, name string) *airlockv1.Sandbox {
