@@ -56,6 +56,14 @@ func init() {
 }
 
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(childGatewayEnv); cfg != "" {
+		// This process is a gateway for TestIntegrationMemoryBounded, not a test run.
+		if err := runChildGateway(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "child gateway:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if env != nil {
 		_ = env.Stop()
