@@ -153,7 +153,10 @@ func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.San
 	}
 	// Empty rule lists are omitted when serialised; set them explicitly so that our apply owns them and
 	// replaces any rule someone else added.
-	spec := u["spec"].(map[string]any)
+	spec, ok := u["spec"].(map[string]any)
+	if !ok {
+		return fmt.Errorf("converting network policy: no spec in %v", u)
+	}
 	for _, f := range []string{"ingress", "egress"} {
 		if _, ok := spec[f]; !ok {
 			spec[f] = []any{}
