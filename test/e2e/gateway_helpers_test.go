@@ -71,7 +71,7 @@ func gateway(t testing.TB) *gatewayProc {
 			return
 		}
 		cmd := child.DieWithParent(exec.Command(gatewayBin, "--kubeconfig", kubeconfig, "--listen", addr, "--key-namespace", keyNamespace,
-			"--default-template", "python-node", "--create-rate=-1", "--max-concurrent-execs=20"))
+			"--default-template", "python-node", "--create-rate=-1", "--max-concurrent-execs=20", "--metrics-listen=127.0.0.1:0"))
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if gwErr = cmd.Start(); gwErr != nil {
 			return
