@@ -17,6 +17,9 @@ RULE=(FORWARD -s 192.0.2.77/32 -m comment --comment "${TAG}" -j "${CHAIN}")
 
 plant() {
 	mkdir -p "${STATE}"
+	# The nft tables from before the cluster came up: `remove` drops an iptables-nft table only if it is
+	# empty and was not there then (our rules may be the last in a table the cluster made).
+	cp "${AIRLOCK_CLUSTER_DIR:-/var/lib/airlock-cluster}/host/nft-tables" "${STATE}/nft-tables"
 	sysctl -n "${SYSCTL}" >"${STATE}/sysctl"
 	iptables -N "${CHAIN}"
 	iptables -A "${CHAIN}" -s 192.0.2.77/32 -j RETURN
@@ -50,6 +53,14 @@ remove() {
 	nft delete table inet "${NFT_TABLE}" 2>/dev/null || true
 	ipset destroy "${TAG}" 2>/dev/null || true
 	rmdir "${CGROUP}" 2>/dev/null || true
+	local fam name
+	while read -r _ fam name; do
+		[[ -n "${name}" ]] || continue
+		grep -qxF "table ${fam} ${name}" "${STATE}/nft-tables" 2>/dev/null && continue
+		[[ " filter nat mangle raw security " == *" ${name} "* ]] || continue
+		nft list table "${fam}" "${name}" 2>/dev/null | grep -qE '^\s+(ip|ip6|meta|counter|jump|goto|accept|drop|reject|set|map) ' && continue
+		nft delete table "${fam}" "${name}" 2>/dev/null || true
+	done < <(nft list tables 2>/dev/null)
 	[[ -f "${STATE}/sysctl" ]] && sysctl -qw "${SYSCTL}=$(<"${STATE}/sysctl")"
 	rm -rf "${STATE}"
 }

@@ -299,7 +299,7 @@ restore_host() {
 		k="${kv%%=*}" v="${kv#*=}"
 		cur="$(sysctl -n "${k}" 2>/dev/null)" || continue
 		[[ "${cur}" == "${v}" ]] && continue
-		set="$(sed -n "s|^${k}=||p" "${HOSTSNAP}/sysctls.up" 2>/dev/null)"
+		set="$(sed -n "s|^${k}=||p" "${HOSTSNAP}/sysctls.up" 2>/dev/null || true)"
 		if [[ ! -f "${HOSTSNAP}/sysctls.up" || "${cur}" == "${set}" ]]; then
 			sysctl -qw "${k}=${v}" || log "warning: could not restore ${k}"
 		else
