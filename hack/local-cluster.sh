@@ -91,7 +91,10 @@ start_daemon() {
 	if pid_of "${name}" >/dev/null; then return 0; fi
 	rm -f "${pidfile}"
 	mkdir -p "${PIDS}" "${LOGS}"
-	setsid bash -c 'echo $$ >"$0"; exec "$@"' "${pidfile}" "${bin}" "$@" >>"${LOGS}/${name}.log" 2>&1 </dev/null &
+	# Daemons get stdin/stdout/stderr only: an inherited descriptor (a caller's `flock` lock, a pipe) would
+	# otherwise stay open for the daemon's whole life.
+	setsid bash -c 'echo $$ >"$0"; for fd in /proc/$$/fd/*; do fd=${fd##*/}; ((fd > 2)) && eval "exec ${fd}>&-"; done; exec "$@"' \
+		"${pidfile}" "${bin}" "$@" >>"${LOGS}/${name}.log" 2>&1 </dev/null &
 	local i
 	for i in $(seq 50); do pid_of "${name}" >/dev/null && return 0; sleep 0.1; done
 	tail -20 "${LOGS}/${name}.log" >&2 || true
