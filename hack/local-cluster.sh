@@ -235,6 +235,10 @@ OUR_CHAINS_RE='^(KUBE-|CNI-)'
 OUR_IPSETS_RE='^(KUBE-|kube-router-|inet6:KUBE-|inet6:kube-router-)'
 OUR_CGROUPS=(kubepods kubepods.slice)
 IPTABLES_NFT_TABLES="filter nat mangle raw security"   # the tables iptables-nft creates on first use
+# Values the cluster's components set on their own schedule (the CNI bridge turns forwarding on at the first
+# pod, after `up` has returned; the kubelet sets its kernel defaults): `down` restores these too.
+declare -A CLUSTER_SYSCTLS=([net.ipv4.ip_forward]=1 [net.ipv4.conf.all.forwarding]=1 [vm.overcommit_memory]=1
+	[kernel.panic]=10 [kernel.panic_on_oops]=1 [net.bridge.bridge-nf-call-iptables]=1)
 
 # Undo our iptables changes: delete rules that were not there before (exact iptables-save lines, counting
 # duplicates) and that live in one of our new chains or jump to one, then flush and delete our new chains.
@@ -296,14 +300,14 @@ restore_host() {
 		fi
 	done < <(ipset list -n 2>/dev/null)
 	# Sysctls: put back the value from before `up` only while it still holds what the cluster set (recorded
-	# once the node was Ready); a value someone else changed since is theirs.
+	# once the node was Ready, or one of CLUSTER_SYSCTLS); a value someone else changed since is theirs.
 	local kv k v set cur
 	while IFS= read -r kv; do
 		k="${kv%%=*}" v="${kv#*=}"
 		cur="$(sysctl -n "${k}" 2>/dev/null)" || continue
 		[[ "${cur}" == "${v}" ]] && continue
 		set="$(sed -n "s|^${k}=||p" "${HOSTSNAP}/sysctls.up" 2>/dev/null || true)"
-		if [[ ! -f "${HOSTSNAP}/sysctls.up" || "${cur}" == "${set}" ]]; then
+		if [[ ! -f "${HOSTSNAP}/sysctls.up" || "${cur}" == "${set}" || "${cur}" == "${CLUSTER_SYSCTLS[${k}]:-}" ]]; then
 			sysctl -qw "${k}=${v}" || log "warning: could not restore ${k}"
 		else
 			log "sysctl ${k} changed to ${cur} by something else since the cluster set ${set}: left alone"
