@@ -99,8 +99,9 @@ func deleteExecGuardConfig(ctx context.Context) error {
 // pod that copies a live Sandbox's ownerReference in a tenant namespace where RBAC allows exec (the guard),
 // while the gateway's exec engine runs commands in the Sandbox's own pod.
 //
-// Run once with the webhook configuration deleted before the checks, this test fails: the exec into the
-// unowned pods succeeds ("uid=1000") and the kube-system exec fails only later, at the container.
+// Run once with the webhook configuration deleted before the checks, this test failed: `id` ran in both
+// unowned pods ("uid=1000(sandbox)") and the kube-system exec reached CoreDNS's container (the runtime's
+// `exec: "id": executable file not found`, i.e. only the image's lack of `id` stopped it).
 func TestExecGuard(t *testing.T) {
 	ctx := context.Background()
 	tenant := newTenant(t)
