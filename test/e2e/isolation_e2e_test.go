@@ -21,8 +21,8 @@ import (
 
 // TestGVisorIsolationIsProvenFromInside: a gVisor sandbox's status says gvisor because its init container saw
 // gVisor's marker and a kernel that is not the node's, and its network gate names the node's kubelet port, the
-// port the Node reports listening. With the marker check removed (or runsc's --gvisor-marker-file off) the
-// sandbox fails with RuntimeMismatch instead.
+// port the Node reports listening. Without runsc's --gvisor-marker-file the sandbox would fail with
+// RuntimeMismatch instead (TestComputeStatusRuntimeIsolation covers that case).
 func TestGVisorIsolationIsProvenFromInside(t *testing.T) {
 	ns := newTenant(t)
 	createSandbox(t, ns, "proof")
@@ -58,7 +58,8 @@ func TestGVisorIsolationIsProvenFromInside(t *testing.T) {
 
 // TestRuncIsRefusedUnlessAllowed: runc's handler is not isolating, so a runc sandbox gets no pod until the
 // operator allows non-isolating runtimes; then it runs on the node's own kernel and says isolation none; when
-// the allowance is withdrawn it fails. Without the handler check the first step gets a pod and fails.
+// the allowance is withdrawn it fails. Verified on the local cluster: with the handler check in the
+// controller's resolve step removed, it fails at "a refused sandbox has a pod".
 func TestRuncIsRefusedUnlessAllowed(t *testing.T) {
 	ns := newTenant(t)
 	ctx := context.Background()
