@@ -56,16 +56,16 @@ func TestGVisorSandboxIsReadyIsolatedAndKeepsState(t *testing.T) {
 
 	// No network: installing a package fails with a visible error instead of hanging.
 	begin := time.Now()
-	res = sh(t, ns, "agent", "python3 -m venv v && v/bin/pip install --retries 0 --timeout 5 requests", 3*time.Minute)
+	res = sh(t, ns, "agent", "python3 -m venv v && { v/bin/pip install -vv --retries 0 --timeout 5 requests >pip.log 2>&1; rc=$?; grep -E 'Could not fetch URL|^ERROR' pip.log; exit $rc; }", 3*time.Minute)
 	took := time.Since(begin)
-	t.Logf("pip install without network: exit %d after %s; stderr tail %q", res.ExitCode, took.Round(time.Millisecond), tail(res.Stderr, 200))
+	t.Logf("pip install without network: exit %d after %s; says %q", res.ExitCode, took.Round(time.Millisecond), tail(res.Stdout, 300))
 	if res.Outcome != airlockexec.OutcomeExited || res.ExitCode == 0 {
 		t.Errorf("pip install must fail: outcome %s exit %d stderr %q", res.Outcome, res.ExitCode, tail(res.Stderr, 500))
 	}
 	// It must fail because the network is closed (no name resolution, no route, refused), not for another
-	// reason such as a broken venv or a missing pip.
-	if !netFailure(res.Stderr) {
-		t.Errorf("pip install failed, but not for lack of network: stderr %q", tail(res.Stderr, 800))
+	// reason such as a broken venv or a missing pip: -vv makes pip log why it could not fetch the index.
+	if !netFailure(res.Stdout + res.Stderr) {
+		t.Errorf("pip install failed, but not for lack of network: stdout %q stderr %q", tail(res.Stdout, 800), tail(res.Stderr, 400))
 	}
 }
 
@@ -198,7 +198,7 @@ func TestCreateDeleteCyclesLeaveNoOrphans(t *testing.T) {
 // netFailure reports whether a tool's error output says that a connection could not be made.
 func netFailure(stderr string) bool {
 	for _, m := range []string{"Temporary failure in name resolution", "Name or service not known", "Network is unreachable",
-		"Connection refused", "No route to host", "Failed to establish a new connection"} {
+		"Connection refused", "No route to host", "Failed to establish a new connection", "connection error"} {
 		if strings.Contains(stderr, m) {
 			return true
 		}
