@@ -1,9 +1,10 @@
 // Command airlock-init is Airlock's only binary inside a sandbox. It is static and needs nothing from the
 // image. Subcommands:
 //
-//	setup  (init container) install airlock-init for the sandbox container, then wait for network isolation
-//	pid1   (sandbox container) stay alive between commands and reap orphans
-//	run    (each exec) run one command in its own process group with a timeout and full-output capture
+//	setup   (init container) install airlock-init for the sandbox container, then wait for network isolation
+//	pid1    (sandbox container) stay alive, reap orphans, and supervise every command
+//	exec    (each exec) hand the request on stdin to pid1, which runs the command and writes its output
+//	status  (after a lost exec) read a run's outcome back from pid1
 package main
 
 import (
@@ -18,11 +19,16 @@ const usage = `Usage: airlock-init <command> [flags]
 
 Commands:
   setup   install airlock-init into a shared volume and wait until network isolation is in effect
-  pid1    run as the sandbox container's PID 1: stay alive and reap orphaned processes
-  run     run one command in its own process group, with a timeout and full-output capture
+  pid1    run as the sandbox container's PID 1: reap orphans and supervise every command
+  exec    run one command through pid1; the request is a frame on stdin, never in argv
+  status  print the outcome of a run (request frame on stdin)
 `
 
 func main() {
+	// pid1 re-executes itself for each run's keeper: those never take a subcommand.
+	if code, ok := runwrap.Reexec(); ok {
+		os.Exit(code)
+	}
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -33,8 +39,10 @@ func main() {
 		os.Exit(initproc.Setup(args, os.Stderr))
 	case "pid1":
 		os.Exit(initproc.PID1(args, os.Stderr))
-	case "run":
-		os.Exit(runwrap.Main(args, os.Stdin, os.Stdout, os.Stderr))
+	case "exec":
+		os.Exit(runwrap.ExecMain(args))
+	case "status":
+		os.Exit(runwrap.StatusMain(args))
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	default:

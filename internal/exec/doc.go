@@ -1,13 +1,14 @@
 // Package exec runs commands in sandbox pods over the pods/exec subresource
 // and returns an outcome a model can rely on.
 //
-// Every command goes through the in-sandbox wrapper (package runwrap, as
-// `airlock-init run`), which enforces the timeout on the whole process tree
-// inside the sandbox, keeps the full output in files there, and ends stderr
-// with a trailer carrying a per-call nonce. The trailer, not the exec status,
-// is the source of truth: client-go reports an exec whose status never
-// arrived as success, so a call without a trailer is sandbox_lost, never
-// "exited 0".
+// Every command goes through the in-sandbox supervisor (package runwrap):
+// the engine execs `airlock-init exec` with the request on stdin (never in
+// the URL), and the sandbox's PID 1 enforces the timeout on the whole process
+// tree, keeps the full output in files there, and ends stderr with a trailer
+// carrying a per-call nonce. The trailer, not the exec status, is the source
+// of truth: client-go reports an exec whose status never arrived as success.
+// A call without a trailer asks PID 1 for the outcome (`airlock-init
+// status`); only when none comes back is it sandbox_lost, never "exited 0".
 //
 // Output is kept per stream within a budget (a little head, mostly tail, and
 // a marker line saying how much was omitted and which sandbox file has it

@@ -1,11 +1,13 @@
 package exec
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -112,8 +114,16 @@ func (e *Engine) Stream(ctx context.Context, req Request, onChunk func(Chunk) er
 	if err != nil {
 		return nil, err
 	}
-	argv := wrapperArgv(e.opts.WrapperPath, &req, nonce, timeout, e.opts.Grace, e.opts.OutDir)
-	u, err := execURL(e.cfg, &req, argv)
+	id, err := newNonce()
+	if err != nil {
+		return nil, err
+	}
+	wc := wrapperConfig(&req, id, nonce, timeout, e.opts.Grace, e.opts.OutDir)
+	stdin, err := framedStdin(&wc, req.stdin())
+	if err != nil {
+		return nil, err
+	}
+	u, err := execURL(e.cfg, &req, []string{e.opts.WrapperPath, "exec"})
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +137,7 @@ func (e *Engine) Stream(ctx context.Context, req Request, onChunk func(Chunk) er
 	defer cancel()
 	head, tail := req.budget()
 	col := newCollector(nonce, head, tail, onChunk, cancel)
-	opts := remotecommand.StreamOptions{Stdout: col.stdout(), Stderr: col.stderr(), Stdin: req.stdin()}
+	opts := remotecommand.StreamOptions{Stdout: col.stdout(), Stderr: col.stderr(), Stdin: stdin}
 	start := time.Now()
 	streamErr := ex.StreamWithContext(runCtx, opts)
 	elapsed := time.Since(start)
@@ -143,6 +153,10 @@ func (e *Engine) Stream(ctx context.Context, req Request, onChunk func(Chunk) er
 		return nil, fmt.Errorf("exec in %s/%s: %w: %w", req.Namespace, req.Pod, ErrNotStarted, streamErr)
 	}
 
+	lost := tr == nil
+	if lost {
+		tr = e.recoverOutcome(ctx, log, &req, id, streamErr, emitErr, start.Add(timeout+e.opts.Grace))
+	}
 	res := &Result{Protocol: proto, Duration: elapsed, Trailer: tr, ExitCode: -1}
 	e.fillOutput(res, col, tr)
 	e.classify(ctx, log, &req, res, tr, streamErr, runCtx.Err(), start)
@@ -150,7 +164,7 @@ func (e *Engine) Stream(ctx context.Context, req Request, onChunk func(Chunk) er
 	switch {
 	case emitErr != nil:
 		return res, fmt.Errorf("exec output consumer: %w", emitErr)
-	case tr == nil && ctx.Err() != nil:
+	case lost && ctx.Err() != nil:
 		return res, fmt.Errorf("exec in %s/%s: %w", req.Namespace, req.Pod, ctx.Err())
 	}
 	return res, nil
@@ -197,6 +211,9 @@ func (e *Engine) classify(ctx context.Context, log logr.Logger, req *Request, re
 	case tr.WrapperError != "":
 		res.Outcome, res.ExitCode = OutcomeSandboxLost, -1
 		res.Detail = "wrapper failed: " + tr.WrapperError
+	case tr.StreamLost:
+		res.Outcome, res.ExitCode, res.Signal = OutcomeSandboxLost, -1, ""
+		res.Detail = "the exec stream was lost; the sandbox's supervisor killed the command"
 	case tr.TimedOut:
 		res.Outcome = OutcomeTimeout
 	case tr.OutputLimit:
@@ -209,6 +226,64 @@ func (e *Engine) classify(ctx context.Context, log logr.Logger, req *Request, re
 		res.Outcome = OutcomeExited
 		res.Detail = tr.StartError
 	}
+}
+
+// recoverOutcome asks the sandbox's supervisor (PID 1) for the outcome of a
+// run whose stream ended without a trailer. A stream that ended with an exec
+// status means only the client died (a command can kill it): the run goes on
+// and its outcome is waited for until its deadline. A broken stream, or a
+// caller that gave up, means nobody can use the output any more: the run is
+// cancelled. nil when the supervisor does not answer: the sandbox is lost.
+func (e *Engine) recoverOutcome(ctx context.Context, log logr.Logger, req *Request, id string, streamErr, emitErr error, deadline time.Time) *runwrap.Trailer {
+	var ce utilexec.CodeExitError
+	cancelRun := emitErr != nil || ctx.Err() != nil || !errors.As(streamErr, &ce)
+	sreq := runwrap.Request{Config: runwrap.Config{ID: id}}
+	bound := e.opts.DeadlineMargin
+	if cancelRun {
+		sreq.Cancel, sreq.Wait = true, e.opts.Grace+5*time.Second
+		ctx = context.WithoutCancel(ctx)
+	} else {
+		sreq.Wait = max(time.Until(deadline), 0) + time.Second
+		bound += sreq.Wait
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	stdin, err := framedStdin(&sreq, nil)
+	if err != nil {
+		return nil
+	}
+	u, err := execURL(e.cfg, req, []string{e.opts.WrapperPath, "status"})
+	if err != nil {
+		return nil
+	}
+	var at attempt
+	ex, err := newExecutor(e.cfg, e.opts.Protocol, u, &at)
+	if err != nil {
+		return nil
+	}
+	out := &limitedBuffer{max: 1 << 20}
+	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: out, Stderr: io.Discard}); err != nil {
+		log.V(1).Info("asking the supervisor for a lost run's outcome", "error", err.Error())
+	}
+	var rep runwrap.Reply
+	if err := runwrap.ReadFrame(&out.buf, &rep); err != nil || !rep.Done || rep.Trailer == nil {
+		return nil
+	}
+	log.V(1).Info("outcome read back from the supervisor", "cancelled", cancelRun)
+	return rep.Trailer
+}
+
+// limitedBuffer keeps at most max bytes; a status reply is small.
+type limitedBuffer struct {
+	buf bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.buf.Len()+len(p) > b.max {
+		return 0, errors.New("status reply too large")
+	}
+	return b.buf.Write(p)
 }
 
 func (e *Engine) oomKilled(ctx context.Context, log logr.Logger, req *Request, since time.Time) bool {

@@ -49,9 +49,10 @@ func newEnv(t testing.TB, p Protocol, mod func(*execserver.Options, *Options)) *
 	t.Helper()
 	home := t.TempDir()
 	so := execserver.Options{
-		Rewrite: map[string]string{DefaultWrapperPath: wrapperBin},
-		Env:     []string{"HOME=" + home},
-		Dir:     home,
+		Rewrite:    map[string]string{DefaultWrapperPath: wrapperBin},
+		Supervisor: wrapperBin, // the container's PID 1
+		Env:        []string{"HOME=" + home},
+		Dir:        home,
 	}
 	eo := Options{Protocol: p, Grace: 300 * time.Millisecond}
 	if mod != nil {

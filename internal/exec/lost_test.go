@@ -141,3 +141,17 @@ func TestEngineCallerCancel(t *testing.T) {
 	env.srv.DropConnections(true)
 	sleepers.WaitNone(t, s, 5*time.Second)
 }
+
+// The exec URL (which the API server's audit log records) carries a fixed
+// argv: the command, its env and the nonce travel on stdin.
+func TestEngineCommandNotInURL(t *testing.T) {
+	env := newEnv(t, ProtocolAuto, fakeWrapper(t, `echo "ARGS:$*"; head -c 9; echo; cat >/dev/null`))
+	res := env.run(t, Request{Shell: "echo SECRET-COMMAND", Env: map[string]string{"TOKEN": "SECRET-ENV"}})
+	if res.Stdout != "ARGS:exec\nAIRLOCK1 \n" {
+		t.Fatalf("the wrapper was exec'd with %q", res.Stdout)
+	}
+	u, err := execURL(env.srv.RESTConfig(), &Request{Namespace: "ns", Pod: "p", Shell: "echo SECRET-COMMAND"}, []string{DefaultWrapperPath, "exec"})
+	if err != nil || strings.Contains(u.String(), "SECRET") {
+		t.Fatalf("%v %v", u, err)
+	}
+}

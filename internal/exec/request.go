@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"airlock.dev/airlock/internal/runwrap"
 )
 
 // Request is one command to run in a sandbox container.
@@ -21,7 +23,8 @@ type Request struct {
 	Container string
 	// Exactly one of Argv and Shell: Argv runs as is (looked up in the
 	// container's PATH); Shell runs with /bin/sh -c (error if the image has no
-	// /bin/sh). Both travel in the exec URL, so large scripts belong in Stdin.
+	// /bin/sh). Both travel on the exec's stdin, never in the URL (which the
+	// API server's audit log records).
 	Argv  []string
 	Shell string
 	// Cwd defaults to the container's working directory.
@@ -142,12 +145,13 @@ func (r *Request) stdin() io.Reader {
 // ErrInvalidRequest wraps every Request validation error.
 var ErrInvalidRequest = errors.New("invalid exec request")
 
-// wrapperArgv is the command line run in the container:
-// WRAPPER run --nonce N --timeout T --grace G [flags] (--shell S | -- ARGV...).
-func wrapperArgv(wrapper string, r *Request, nonce string, timeout, grace time.Duration, outDir string) []string {
-	a := []string{wrapper, "run", "--nonce", nonce, "--timeout", timeout.String(), "--grace", grace.String()}
-	if r.Cwd != "" {
-		a = append(a, "--cwd", r.Cwd)
+// wrapperConfig is the run request the client in the container reads from
+// its stdin; the exec's argv is fixed (WRAPPER exec) and carries no secret.
+func wrapperConfig(r *Request, id, nonce string, timeout, grace time.Duration, outDir string) runwrap.Config {
+	c := runwrap.Config{
+		ID: id, Nonce: nonce, Timeout: timeout, Grace: grace, StallTimeout: runwrap.DefaultStallTimeout,
+		Cwd: r.Cwd, Shell: r.Shell, Argv: r.Argv, NoStdin: !r.hasStdin(), OutDir: outDir, Keep: runwrap.DefaultKeep,
+		MaxOutput: r.MaxOutputBytes, KeepLeftovers: r.KeepBackground,
 	}
 	keys := make([]string, 0, len(r.Env))
 	for k := range r.Env {
@@ -155,22 +159,20 @@ func wrapperArgv(wrapper string, r *Request, nonce string, timeout, grace time.D
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		a = append(a, "--env", k+"="+r.Env[k])
+		c.Env = append(c.Env, k+"="+r.Env[k])
 	}
-	if !r.hasStdin() {
-		a = append(a, "--no-stdin")
+	return c
+}
+
+// framedStdin is what the exec's stdin carries: the request frame, then the
+// command's own stdin, if any.
+func framedStdin(v any, rest io.Reader) (io.Reader, error) {
+	var b bytes.Buffer
+	if err := runwrap.WriteFrame(&b, v); err != nil {
+		return nil, err
 	}
-	if r.MaxOutputBytes > 0 {
-		a = append(a, "--max-output", strconv.FormatInt(r.MaxOutputBytes, 10))
+	if rest == nil {
+		return &b, nil
 	}
-	if r.KeepBackground {
-		a = append(a, "--keep-leftovers")
-	}
-	if outDir != "" {
-		a = append(a, "--out-dir", outDir)
-	}
-	if r.Shell != "" {
-		return append(a, "--shell", r.Shell)
-	}
-	return append(append(a, "--"), r.Argv...)
+	return io.MultiReader(&b, rest), nil
 }

@@ -134,7 +134,8 @@ func forbidden(err error) bool {
 	return apierrors.IsForbidden(err) || strings.Contains(err.Error(), " is forbidden: ")
 }
 
-// execURL is the pods/exec subresource URL for argv.
+// execURL is the pods/exec subresource URL for argv, with stdin: the request
+// always travels there, never in the URL.
 func execURL(cfg *rest.Config, r *Request, argv []string) (*url.URL, error) {
 	base, _, err := rest.DefaultServerUrlFor(cfg)
 	if err != nil {
@@ -142,12 +143,9 @@ func execURL(cfg *rest.Config, r *Request, argv []string) (*url.URL, error) {
 	}
 	u := *base
 	u.Path = path.Join("/", base.Path, "api/v1/namespaces", r.Namespace, "pods", r.Pod, "exec")
-	q := url.Values{"command": argv, "stdout": {"true"}, "stderr": {"true"}}
+	q := url.Values{"command": argv, "stdin": {"true"}, "stdout": {"true"}, "stderr": {"true"}}
 	if r.Container != "" {
 		q.Set("container", r.Container)
-	}
-	if r.hasStdin() {
-		q.Set("stdin", "true")
 	}
 	u.RawQuery = q.Encode()
 	return &u, nil

@@ -139,7 +139,7 @@ func newGateway(tb testing.TB, mutate func(*Options)) *gw {
 	// default directory are temporary, never the host's.
 	home := tb.TempDir()
 	g.exec = execserver.Start(execserver.Options{Rewrite: map[string]string{exec.DefaultWrapperPath: wrapper(tb)},
-		Env: []string{"HOME=" + home}, Dir: home})
+		Supervisor: wrapper(tb), Env: []string{"HOME=" + home}, Dir: home})
 	engine, err := exec.New(g.exec.RESTConfig(), exec.Options{})
 	if err != nil {
 		tb.Fatal(err)

@@ -6,11 +6,18 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"airlock.dev/airlock/internal/runwrap"
 )
 
-// PID1 keeps the sandbox container running between commands. Commands run through pods/exec leave orphans
-// (background jobs, daemonised servers); they are re-parented to PID 1, which must reap them or the sandbox
-// fills with zombies until its pid limit is hit. It exits 0 on SIGTERM or SIGINT, so pod deletion is quick.
+// PID1 keeps the sandbox container running between commands and supervises every command: each exec is a
+// thin `airlock-init exec` client that hands its request to the supervisor listening here (runwrap), because
+// PID 1 is the one process a command cannot kill with kill -9 -1 and it outlives every exec. It also reaps
+// orphans (background jobs, daemonised servers), or the sandbox fills with zombies until its pid limit is hit.
+// It is not dumpable, so commands (same uid) cannot read the runs' nonces or open the exec streams it holds
+// through /proc. It exits 0 on SIGTERM or SIGINT, so pod deletion is quick.
 func PID1(args []string, stderr io.Writer) int {
 	if len(args) != 0 {
 		fmt.Fprintln(stderr, "airlock-init pid1: takes no arguments")
@@ -21,26 +28,33 @@ func PID1(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "airlock-init pid1: warning: not running as PID 1; orphans are reaped only if re-parented here")
 		_ = setChildSubreaper()
 	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(stderr, "airlock-init pid1: PR_SET_DUMPABLE: %v\n", err)
+		return 1
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
+	sup := runwrap.NewSupervisor(stderr)
+	ln, err := runwrap.Listen()
+	if err != nil {
+		// Without it no command can run: fail loudly rather than look ready.
+		fmt.Fprintf(stderr, "airlock-init pid1: %v\n", err)
+		return 1
+	}
+	defer ln.Close()
+	go func() {
+		if err := sup.Serve(ln); err != nil {
+			fmt.Fprintf(stderr, "airlock-init pid1: %v\n", err)
+		}
+	}()
 	for sig := range sigs {
 		if sig != syscall.SIGCHLD {
 			return 0
 		}
-		reapAll()
+		// One SIGCHLD may stand for many exits.
+		sup.Reap()
 	}
 	return 0
-}
-
-// reapAll collects every exited child; one SIGCHLD may stand for many exits.
-func reapAll() {
-	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if pid <= 0 || err != nil {
-			return
-		}
-	}
 }
 
 func setChildSubreaper() error {

@@ -1,25 +1,30 @@
-// Package runwrap is the command wrapper that runs inside every sandbox
-// container as `airlock-init run ...` (see Main). It exists so that the exec
-// gateway gets an outcome it can trust from any image, with no daemon:
+// Package runwrap runs every command of a sandbox, from the sandbox's PID 1,
+// so that the exec gateway gets an outcome it can trust from any image, and a
+// timeout holds whatever the command does:
 //
-//   - The user's command runs in its own session and process group. Two
-//     processes are involved: the "front" (the process the container runtime
-//     exec'd, which the runtime may SIGKILL when the exec stream goes away) and
-//     a re-executed "supervisor" child that does the work. The front holds the
-//     write end of a lifeline pipe; when it dies for any reason the supervisor
-//     reads EOF and kills the command's whole tree.
-//   - Both processes are child subreapers (PR_SET_CHILD_SUBREAPER), so every
-//     process the command starts — including ones that setsid() or
-//     double-fork to escape the process group — stays a descendant of the
-//     supervisor. "The command's tree" is therefore found robustly by walking
-//     /proc parent links from the supervisor; nothing is matched by name or
-//     start time, and nothing outside the tree is touched.
-//   - At the timeout, on output over --max-output, when the stream breaks
-//     (EPIPE, or a write stalled past --stall-timeout) or the front dies, the
-//     tree gets SIGTERM (and SIGCONT), then SIGKILL after --grace. When the
+//   - The engine execs `airlock-init exec` (ExecMain), a thin client with a
+//     fixed argv. The request (a Config: command, env, limits, a per-call id
+//     and nonce) is one frame on its stdin (WriteFrame), never in argv or the
+//     exec URL. The client makes itself undumpable, then hands the request and
+//     its stdio descriptors (SCM_RIGHTS) to the Supervisor in PID 1 over an
+//     abstract unix socket, and waits. PID 1 is the one process a command
+//     cannot kill with kill -9 -1, so killing the client changes nothing.
+//   - The Supervisor serves only clients: a peer whose parent chain leads to
+//     PID 1 is a command or its orphan. It starts one keeper per run (itself
+//     re-executed, see Reexec; undumpable before it receives the stream).
+//   - The keeper is a child subreaper and runs the command in its own
+//     session, so every process the command starts, including ones that
+//     setsid() or double-fork, stays its descendant: "the command's tree" is
+//     found by walking /proc parent links; nothing is matched by name. At the
+//     timeout, on output over the limit, or when the stream breaks (EPIPE, a
+//     write stalled past the stall timeout, or the engine cancels the run) the
+//     tree gets SIGTERM (and SIGCONT), then SIGKILL after the grace. When the
 //     command exits on its own, processes it left behind are killed the same
-//     way unless --keep-leftovers is given.
-//   - Full stdout and stderr are teed to numbered files (rotated) and a
-//     trailer line with the caller's nonce ends stderr, so the caller can tell
-//     a real exit status from a lost stream (see Trailer).
+//     way unless KeepLeftovers is set.
+//   - The command only holds pipes to its keeper, which tees them into
+//     numbered files and the exec stream and then writes the trailer (see
+//     Trailer) as the last bytes of stderr. If the command kills its keeper,
+//     the Supervisor adopts the orphaned tree, kills it at the deadline and
+//     writes the trailer itself. It keeps recent outcomes by id, which
+//     `airlock-init status` (StatusMain) reads back after a lost stream.
 package runwrap

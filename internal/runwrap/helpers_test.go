@@ -3,19 +3,27 @@ package runwrap
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"airlock.dev/airlock/internal/testutil/child"
 )
 
-// wrapperBin is the `airlock-init run` stand-in built once for the package.
-var wrapperBin string
+// wrapperBin is the airlock-init stand-in built once for the package; its
+// pid1 (the supervisor) runs for the whole package on socketName.
+var wrapperBin, socketName string
+
+var idSeq atomic.Int64
+
+func nextID() string { return fmt.Sprintf("test-run-%016d", idSeq.Add(1)) }
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "runwrap-test")
@@ -30,7 +38,16 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build wrapper: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	socketName = fmt.Sprintf("@airlock-runwrap-test-%d", os.Getpid())
+	os.Setenv(SocketEnv, socketName)
+	pid1 := child.DieWithParent(exec.Command(wrapperBin, "pid1"))
+	pid1.Stderr = os.Stderr
+	if err := pid1.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	_ = pid1.Process.Kill()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -44,15 +61,32 @@ type runResult struct {
 	elapsed        time.Duration
 }
 
-// wrapperCmd prepares `airlock-init run --nonce N --out-dir D ARGS...`.
+// wrapperCmd prepares `airlock-init exec` for the Config that the old run
+// flags --nonce N --out-dir D ARGS... describe; its stdin starts with the
+// request frame (runCmd adds the test's stdin after it).
 func wrapperCmd(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
-	return wrapperCmdDir(filepath.Join(t.TempDir(), "out"), args...)
+	return wrapperCmdDir(t, filepath.Join(t.TempDir(), "out"), args...)
 }
 
-func wrapperCmdDir(outDir string, args ...string) *exec.Cmd {
-	full := append([]string{"run", "--nonce", testNonce, "--out-dir", outDir}, args...)
-	return child.DieWithParent(exec.Command(wrapperBin, full...))
+func wrapperCmdDir(t *testing.T, outDir string, args ...string) *exec.Cmd {
+	t.Helper()
+	cfg, err := ParseArgs(append([]string{"--nonce", testNonce, "--out-dir", outDir}, args...))
+	if err != nil {
+		t.Fatalf("ParseArgs(%q): %v", args, err)
+	}
+	return execCmd(t, cfg)
+}
+
+func execCmd(t *testing.T, cfg Config) *exec.Cmd {
+	t.Helper()
+	var frame bytes.Buffer
+	if err := WriteFrame(&frame, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cmd := child.DieWithParent(exec.Command(wrapperBin, "exec"))
+	cmd.Stdin = &frame
+	return cmd
 }
 
 // runWrapper runs the wrapper to completion and splits off the trailer.
@@ -66,7 +100,7 @@ func runCmd(t *testing.T, cmd *exec.Cmd, stdin *string) runResult {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != nil {
-		cmd.Stdin = strings.NewReader(*stdin)
+		cmd.Stdin = io.MultiReader(cmd.Stdin, strings.NewReader(*stdin))
 	}
 	start := time.Now()
 	err := cmd.Run()
@@ -94,3 +128,47 @@ func splitTrailer(t *testing.T, s string) (string, *Trailer) {
 }
 
 func ptr(s string) *string { return &s }
+
+type envFlag struct{ vals *[]string }
+
+func (e envFlag) String() string { return "" }
+func (e envFlag) Set(v string) error {
+	k, _, ok := strings.Cut(v, "=")
+	if !ok || k == "" || strings.ContainsRune(v, 0) {
+		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	}
+	*e.vals = append(*e.vals, v)
+	return nil
+}
+
+// ParseArgs parses the flags of the former `airlock-init run`, which the
+// tests keep as a compact way to write a Config:
+//
+//	--nonce N [--timeout D] [--grace D] [--stall-timeout D] [--cwd DIR]
+//	[--env K=V]... [--no-stdin] [--out-dir DIR] [--keep N] [--max-output BYTES]
+//	[--keep-leftovers] (--shell STRING | -- ARGV...)
+//
+// On error the returned Config still carries the nonce when one was parsed,
+// so a trailer can report the usage error.
+func ParseArgs(args []string) (Config, error) {
+	c := Config{ID: nextID(), Grace: DefaultGrace, Keep: DefaultKeep, StallTimeout: DefaultStallTimeout}
+	fs := flag.NewFlagSet("airlock-init run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.Nonce, "nonce", "", "trailer nonce")
+	fs.DurationVar(&c.Timeout, "timeout", 0, "kill the command tree after this long (0: never)")
+	fs.DurationVar(&c.Grace, "grace", c.Grace, "SIGTERM to SIGKILL delay")
+	fs.DurationVar(&c.StallTimeout, "stall-timeout", c.StallTimeout, "a write to the stream blocked this long means the stream is lost")
+	fs.StringVar(&c.Cwd, "cwd", "", "working directory")
+	fs.Var(envFlag{&c.Env}, "env", "KEY=VALUE added to the environment (repeatable)")
+	fs.StringVar(&c.Shell, "shell", "", "run this string with "+ShellPath+" -c")
+	fs.BoolVar(&c.NoStdin, "no-stdin", false, "give the command /dev/null as stdin")
+	fs.StringVar(&c.OutDir, "out-dir", "", "where full outputs are kept (default $HOME/.airlock/out)")
+	fs.IntVar(&c.Keep, "keep", c.Keep, "how many past outputs to keep")
+	fs.Int64Var(&c.MaxOutput, "max-output", 0, "kill the command once stdout+stderr exceed this many bytes (0: no limit)")
+	fs.BoolVar(&c.KeepLeftovers, "keep-leftovers", false, "do not kill processes left behind by a command that exited on its own")
+	if err := fs.Parse(args); err != nil {
+		return c, fmt.Errorf("parse flags: %w", err)
+	}
+	c.Argv = fs.Args()
+	return c, c.validate()
+}

@@ -112,6 +112,14 @@ func (s *supervisor) command(outW, errW *os.File) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
+	if os.Getenv(ProcessLimitEnv) != "" {
+		// Checked here, since the trampoline can only report an exit code.
+		if err := checkExecutable(path); err != nil {
+			return nil, err
+		}
+		env = append(env, roleEnv+"="+roleLimit, execPathEnv+"="+path)
+		path = "/proc/self/exe"
+	}
 	cmd := &exec.Cmd{
 		Path:        path,
 		Args:        argv,
@@ -125,6 +133,18 @@ func (s *supervisor) command(outW, errW *os.File) (*exec.Cmd, error) {
 		cmd.Stdin = os.Stdin
 	}
 	return cmd, nil
+}
+
+// checkExecutable reports what exec would: ENOENT or EACCES.
+func checkExecutable(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("exec %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("exec %s: %w", path, os.ErrPermission)
+	}
+	return nil
 }
 
 // shellPath is ShellPath; a variable so tests can point it elsewhere.

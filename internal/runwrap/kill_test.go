@@ -60,21 +60,6 @@ func TestKeepLeftovers(t *testing.T) {
 	}
 }
 
-// The runtime SIGKILLs the exec'd process when the client goes away: the
-// supervisor must notice through the lifeline and kill the tree.
-func TestFrontKilledKillsTree(t *testing.T) {
-	s := sleepers.Unique(t)
-	cmd := wrapperCmd(t, "--shell", "sleep "+s+" & setsid sleep "+s)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sleepers.WaitCount(t, s, 2)
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	sleepers.WaitNone(t, s, 5*time.Second)
-}
-
 // A reader that goes away (EPIPE) must end the command.
 func TestBrokenStdoutKillsTree(t *testing.T) {
 	s := sleepers.Unique(t)

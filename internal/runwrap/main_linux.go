@@ -1,116 +1,98 @@
 package runwrap
 
 import (
-	"bufio"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
+	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
-	"time"
 )
 
 const (
-	roleEnv        = "AIRLOCK_RUNWRAP_ROLE"
-	roleSupervisor = "supervisor"
-	// Descriptors the front hands the supervisor (after 0, 1, 2).
-	fdLifeline = 3 // config JSON, then EOF when the front dies
-	fdReady    = 4 // supervisor -> front: "ok\n" once it owns the run
-	// How long the front waits for the supervisor to take over.
-	supervisorStartTimeout = 15 * time.Second
+	roleEnv    = "AIRLOCK_RUNWRAP_ROLE"
+	roleKeeper = "keeper"
+	roleLimit  = "limit"
+	// execPathEnv carries the resolved program to the limit trampoline.
+	execPathEnv = "AIRLOCK_RUNWRAP_EXEC"
+	// fdControl is the keeper's socket to the supervisor.
+	fdControl = 3
 )
 
-// Main runs `airlock-init run ARGS...`: args are the arguments after "run".
-// It returns the process exit code.
-//
-// Main re-executes /proc/self/exe with the same os.Args and
-// AIRLOCK_RUNWRAP_ROLE=supervisor in the environment; the binary must route
-// that invocation to Main again (it does when it dispatches "run" to Main).
-// Main checks that variable first and then ignores args.
-func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if os.Getenv(roleEnv) == roleSupervisor {
-		return supervise()
+// Reexec runs the hidden roles the supervisor starts with /proc/self/exe: a
+// run's keeper, and the trampoline that applies the process limit to the
+// command alone. The binary must call it first thing; ok is false for a
+// normal invocation.
+func Reexec() (code int, ok bool) {
+	switch os.Getenv(roleEnv) {
+	case roleKeeper:
+		return keeperMain(), true
+	case roleLimit:
+		return limitMain(), true
 	}
-	cfg, err := ParseArgs(args)
-	if err != nil {
-		return wrapperFailed(cfg.Nonce, stderr, err)
-	}
-	return front(cfg, stdin, stdout, stderr)
+	return 0, false
 }
 
-// front is the process the container runtime exec'd. It only starts the
-// supervisor and waits: the runtime may SIGKILL it at any time, and the
-// supervisor notices through the lifeline pipe.
-func front(cfg Config, stdin io.Reader, stdout, stderr io.Writer) int {
-	// A broken stream must surface as EPIPE, not kill us silently.
+// keeperMain owns one run for the supervisor: it starts the command, tees its
+// output, enforces the limits and writes the trailer, exactly as a separate
+// process so that each run's tree is found from its own subreaper.
+func keeperMain() int {
+	// Before anything arrives on the control socket: the stream descriptors
+	// and the nonce must never be reachable through /proc.
+	if err := setNotDumpable(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-init keeper: %v\n", err)
+		return ExitWrapperError
+	}
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	// If the supervisor is killed, its orphans come to us instead of PID 1.
-	_ = becomeSubreaper()
-
-	lifeR, lifeW, err := os.Pipe()
+	_ = os.Unsetenv(roleEnv) // the command must not inherit it
+	syscall.CloseOnExec(fdControl)
+	fc, err := net.FileConn(os.NewFile(fdControl, "control"))
 	if err != nil {
-		return wrapperFailed(cfg.Nonce, stderr, fmt.Errorf("lifeline pipe: %w", err))
+		fmt.Fprintf(os.Stderr, "airlock-init keeper: control socket: %v\n", err)
+		return ExitWrapperError
 	}
-	defer lifeW.Close()
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		return wrapperFailed(cfg.Nonce, stderr, fmt.Errorf("ready pipe: %w", err))
+	ctl := fc.(*net.UnixConn)
+	var cfg Config
+	files, err := recvFrameFiles(ctl, &cfg, 3)
+	if err != nil || len(files) < 2 {
+		fmt.Fprintf(os.Stderr, "airlock-init keeper: receive run: %v (%d descriptors)\n", err, len(files))
+		return ExitWrapperError
 	}
-	defer readyR.Close()
-
-	sup := exec.Command("/proc/self/exe")
-	sup.Args = os.Args
-	sup.Env = append(os.Environ(), roleEnv+"="+roleSupervisor)
-	sup.Stdin, sup.Stdout, sup.Stderr = stdin, stdout, stderr
-	sup.ExtraFiles = []*os.File{lifeR, readyW} // fdLifeline, fdReady
-	// Only matters when stdin is not a file (tests): don't hang on its copier.
-	sup.WaitDelay = time.Second
-	err = sup.Start()
-	_ = lifeR.Close()
-	_ = readyW.Close()
-	if err != nil {
-		return wrapperFailed(cfg.Nonce, stderr, fmt.Errorf("start supervisor: %w", err))
-	}
-
-	// Write the config off the main goroutine: a binary that does not route
-	// the supervisor to Main would never read it.
-	go func() {
-		if err := json.NewEncoder(lifeW).Encode(cfg); err != nil {
-			_ = sup.Process.Kill()
+	// The exec stream becomes our stdio, so the output code below is the
+	// same whether or not a supervisor sits in between.
+	for i, target := range []int{1, 2, 0} {
+		if i < len(files) {
+			if err := syscall.Dup3(int(files[i].Fd()), target, 0); err != nil {
+				fmt.Fprintf(os.Stderr, "airlock-init keeper: dup: %v\n", err)
+				return ExitWrapperError
+			}
+			_ = files[i].Close()
 		}
-	}()
-	if err := awaitReady(readyR); err != nil {
-		_ = sup.Process.Kill()
-		_ = sup.Wait()
-		return wrapperFailed(cfg.Nonce, stderr, err)
 	}
-
-	werr := sup.Wait()
-	var ee *exec.ExitError
-	switch {
-	case werr == nil:
-		return 0
-	case errors.As(werr, &ee) && ee.Exited():
-		return ee.ExitCode()
-	}
-	// The supervisor died abnormally (someone killed it). Its orphans were
-	// re-parented to us: clean up and say so.
-	killTree(os.Getpid(), 0, cfg.Grace)
-	reapOrphans()
-	return wrapperFailed(cfg.Nonce, stderr, fmt.Errorf("supervisor died: %w", werr))
+	s := &supervisor{cfg: cfg, killReq: make(chan struct{}, 1)}
+	s.stdout = newStreamOut(1, "stdout")
+	s.stderr = newStreamOut(2, "stderr")
+	t, code := s.run(ctl)
+	_ = WriteFrame(ctl, &Reply{Known: true, Done: true, Trailer: &t, Code: code})
+	return code
 }
 
-func awaitReady(r *os.File) error {
-	_ = r.SetReadDeadline(time.Now().Add(supervisorStartTimeout))
-	line, err := bufio.NewReader(r).ReadString('\n')
-	if line == "ok\n" {
-		return nil
+// limitMain is exec'd (as the command's own process, in its session) when a
+// process limit applies: it lowers RLIMIT_NPROC for itself only, then
+// becomes the command. The keeper and the supervisor keep their higher
+// limits, so they can still start threads when a fork bomb has used up the
+// uid's allowance.
+func limitMain() int {
+	path := os.Getenv(execPathEnv)
+	_ = os.Unsetenv(execPathEnv)
+	_ = os.Unsetenv(roleEnv)
+	if err := applyProcessLimit(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: %v\n", err)
+		return 126
 	}
-	if err == nil {
-		err = fmt.Errorf("unexpected %q", line)
+	err := syscall.Exec(path, os.Args, os.Environ())
+	fmt.Fprintf(os.Stderr, "airlock: exec %s: %v\n", path, err)
+	if err == syscall.ENOENT {
+		return 127
 	}
-	return fmt.Errorf("supervisor did not start (the binary must route AIRLOCK_RUNWRAP_ROLE=supervisor to runwrap.Main): %w", err)
+	return 126
 }

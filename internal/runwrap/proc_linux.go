@@ -78,6 +78,25 @@ func liveDescendants(root int) []int {
 	return out
 }
 
+// liveChildren lists the direct children of pid that are not zombies.
+func liveChildren(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readStat(p); ok && st.ppid == pid && st.state != 'Z' && st.state != 'X' {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // signalTree sends sig to the process group pgid (if > 0) and to every live
 // descendant of root. ESRCH is expected (processes exit meanwhile).
 func signalTree(root, pgid int, sig syscall.Signal) int {

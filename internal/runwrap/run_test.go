@@ -1,6 +1,7 @@
 package runwrap
 
 import (
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -61,6 +62,9 @@ func TestStdin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pw.Close()
+	if _, err := io.Copy(pw, cmd.Stdin); err != nil {
+		t.Fatal(err)
+	}
 	cmd.Stdin = pr
 	r = runCmd(t, cmd, nil)
 	if r.stdout != "" || r.trailer == nil || r.trailer.ExitCode != 0 {
@@ -118,7 +122,7 @@ func TestNoShellInImage(t *testing.T) {
 }
 
 func TestUsageErrorsGiveTrailer(t *testing.T) {
-	r := runWrapper(t, nil, "--timeout", "banana", "--", "true")
+	r := runCmd(t, execCmd(t, Config{ID: nextID(), Nonce: testNonce, Keep: 1}), nil) // no command
 	if r.code != ExitWrapperError || r.trailer == nil || r.trailer.WrapperError == "" {
 		t.Fatalf("%+v", r)
 	}

@@ -1,13 +1,11 @@
 package runwrap
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -39,28 +37,6 @@ type supervisor struct {
 	killOnce    sync.Once
 }
 
-func supervise() int {
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	_ = os.Unsetenv(roleEnv) // the command must not inherit it
-	// Inherited without close-on-exec; the command must not see them.
-	syscall.CloseOnExec(fdLifeline)
-	syscall.CloseOnExec(fdReady)
-	life := os.NewFile(fdLifeline, "lifeline")
-	ready := os.NewFile(fdReady, "ready")
-	var cfg Config
-	if err := json.NewDecoder(life).Decode(&cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock-init run: read config: %v\n", err)
-		return ExitWrapperError
-	}
-	if err := cfg.validate(); err != nil {
-		return wrapperFailed(cfg.Nonce, os.Stderr, err)
-	}
-	s := &supervisor{cfg: cfg, killReq: make(chan struct{}, 1)}
-	s.stdout = newStreamOut(1, "stdout")
-	s.stderr = newStreamOut(2, "stderr")
-	return s.run(life, ready)
-}
-
 func (s *supervisor) setFileErr(err error) {
 	msg := err.Error()
 	s.fileErr.CompareAndSwap(nil, &msg)
@@ -74,10 +50,12 @@ func (s *supervisor) requestKill() {
 	}
 }
 
-func (s *supervisor) run(life, ready *os.File) int {
+// run runs the command and returns its trailer and the exit code the client
+// reports.
+func (s *supervisor) run(ctl *net.UnixConn) (Trailer, int) {
 	if err := becomeSubreaper(); err != nil {
 		// Without it, escaped processes re-parent to PID 1 and are missed.
-		return s.finishWrapperError(ready, fmt.Errorf("become subreaper: %w", err))
+		return s.wrapperError(fmt.Errorf("become subreaper: %w", err))
 	}
 	dir := s.cfg.OutDir
 	if dir == "" {
@@ -94,23 +72,18 @@ func (s *supervisor) run(life, ready *os.File) int {
 	outR, outW, err1 := os.Pipe()
 	errR, errW, err2 := os.Pipe()
 	if err := errors.Join(err1, err2); err != nil {
-		return s.finishWrapperError(ready, fmt.Errorf("output pipes: %w", err))
+		return s.wrapperError(fmt.Errorf("output pipes: %w", err))
 	}
 	for _, f := range []*os.File{outR, errR, s.stdout.f, s.stderr.f} {
 		growPipe(f)
 	}
 	cmd, startErr := s.command(outW, errW)
 	if startErr == nil {
-		startErr = applyProcessLimit()
-	}
-	if startErr == nil {
 		startErr = cmd.Start()
 	}
 	_ = outW.Close()
 	_ = errW.Close()
 	begin := time.Now()
-	_, _ = io.WriteString(ready, "ok\n")
-	_ = ready.Close()
 
 	var wg sync.WaitGroup
 	var outFile, errFile *os.File
@@ -120,7 +93,7 @@ func (s *supervisor) run(life, ready *os.File) int {
 	wg.Add(2)
 	go s.copy(&wg, outR, outFile, s.stdout)
 	go s.copy(&wg, errR, errFile, s.stderr)
-	go s.watchLifeline(life)
+	go s.watchControl(ctl)
 
 	t := Trailer{OOMKills: -1}
 	if startErr != nil {
@@ -188,6 +161,7 @@ loop:
 	s.waitCopiers(wg, outR, errR, drain)
 	t.TimedOut = s.timedOut.Load()
 	t.OutputLimit = s.outputLimit.Load()
+	t.StreamLost = s.streamLost.Load() && !t.TimedOut
 	return t
 }
 
@@ -205,17 +179,19 @@ func (s *supervisor) waitCopiers(wg *sync.WaitGroup, outR, errR *os.File, d time
 	}
 }
 
-// watchLifeline kills the tree when the front dies: the runtime killed the
-// exec process, so nobody is listening any more.
-func (s *supervisor) watchLifeline(life *os.File) {
-	_, _ = io.Copy(io.Discard, life)
+// watchControl kills the tree when the supervisor cancels the run (the
+// engine lost its stream) or goes away. The client's death is no reason: a
+// command can kill its own client, and the deadline must still hold.
+func (s *supervisor) watchControl(ctl *net.UnixConn) {
+	var req Request
+	_ = ReadFrame(ctl, &req)
 	s.streamLost.Store(true)
 	s.requestKill()
 }
 
 // finish writes the trailer (unless the stream is gone), closes and rotates
-// the output files, and returns the wrapper's exit code.
-func (s *supervisor) finish(t Trailer) int {
+// the output files, and returns the trailer and the client's exit code.
+func (s *supervisor) finish(t Trailer) (Trailer, int) {
 	if s.files != nil {
 		t.StdoutPath, t.StderrPath = s.files.path("stdout"), s.files.path("stderr")
 		if err := s.files.close(); err != nil {
@@ -234,7 +210,16 @@ func (s *supervisor) finish(t Trailer) int {
 			_ = s.stderr.write(b, trailerTimeout)
 		}
 	}
+	t.V = TrailerVersion
+	return t, clientCode(t)
+}
+
+// clientCode is the exit code the client reports, so that even a caller that
+// ignores the trailer sees something sensible.
+func clientCode(t Trailer) int {
 	switch {
+	case t.WrapperError != "":
+		return ExitWrapperError
 	case t.TimedOut:
 		return ExitTimeout
 	case t.Signal != "":
@@ -245,10 +230,9 @@ func (s *supervisor) finish(t Trailer) int {
 	return t.ExitCode
 }
 
-func (s *supervisor) finishWrapperError(ready *os.File, err error) int {
-	_, _ = io.WriteString(ready, "ok\n")
-	_ = ready.Close()
-	return wrapperFailed(s.cfg.Nonce, os.Stderr, err)
+func (s *supervisor) wrapperError(err error) (Trailer, int) {
+	wrapperFailed(s.cfg.Nonce, os.Stderr, err)
+	return Trailer{V: TrailerVersion, ExitCode: -1, OOMKills: -1, WrapperError: err.Error()}, ExitWrapperError
 }
 
 // note writes a wrapper message into the command's stderr (stream and file),

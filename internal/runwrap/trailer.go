@@ -14,12 +14,12 @@ const TrailerVersion = 1
 // starts a line whether or not the command's output ended with one.
 //
 // Only the final line of stderr can be the trailer: a trailer-looking line in
-// the middle of the output is the command's own data. Without the nonce (the
-// caller makes a fresh random one per call) a command cannot produce a line the
-// caller accepts by accident; one that deliberately reads its ancestors' argv
-// could print one, but the supervisor always writes the real trailer after all
-// of the command's output, and a front whose supervisor was killed writes one
-// with WrapperError set.
+// the middle of the output is the command's own data. The command never holds
+// the stream itself (only pipes to its keeper), and the supervisor always
+// writes the real trailer after all of the command's output (PID 1 writes it
+// when the keeper was killed), so even a command that knew the nonce could
+// not make a forged line the last one. The nonce (fresh per call, sent on
+// stdin, never in argv or the environment) only marks where the trailer is.
 type Trailer struct {
 	V int `json:"v"`
 	// ExitCode is the command's exit status, -1 if it died from a signal, 126 or
@@ -43,9 +43,12 @@ type Trailer struct {
 	OOMKills int64 `json:"oom_kills"`
 	// LeftoversKilled counts processes still alive after the command exited
 	// that the wrapper killed.
-	LeftoversKilled int    `json:"leftovers_killed,omitempty"`
-	StartError      string `json:"start_error,omitempty"`
-	FileError       string `json:"file_error,omitempty"`
+	LeftoversKilled int `json:"leftovers_killed,omitempty"`
+	// StreamLost: the tree was killed because the stream broke or the engine
+	// cancelled the run after losing it.
+	StreamLost bool   `json:"stream_lost,omitempty"`
+	StartError string `json:"start_error,omitempty"`
+	FileError  string `json:"file_error,omitempty"`
 	// WrapperError means the wrapper itself failed; the fields above may then
 	// be incomplete.
 	WrapperError string `json:"wrapper_error,omitempty"`

@@ -17,7 +17,7 @@ func TestParseArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Nonce: testNonce, Timeout: 90 * time.Second, Grace: DefaultGrace, StallTimeout: DefaultStallTimeout,
+	want := Config{ID: c.ID, Nonce: testNonce, Timeout: 90 * time.Second, Grace: DefaultGrace, StallTimeout: DefaultStallTimeout,
 		Cwd: "/w", Env: []string{"A=1", "B="}, Argv: []string{"ls", "-l", "--", "x"}, NoStdin: true, Keep: DefaultKeep}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
@@ -88,7 +88,7 @@ func TestOutFilesNumberingAndRotation(t *testing.T) {
 func TestRotationThroughWrapper(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	for i := 0; i < 4; i++ {
-		r := runCmd(t, wrapperCmdDir(dir, "--keep", "2", "--", "echo", "x"), nil)
+		r := runCmd(t, wrapperCmdDir(t, dir, "--keep", "2", "--", "echo", "x"), nil)
 		if r.trailer == nil || r.trailer.StdoutPath != filepath.Join(dir, []string{"1", "2", "3", "4"}[i]+".stdout") {
 			t.Fatalf("run %d: %+v", i, r.trailer)
 		}

@@ -7,7 +7,8 @@ import (
 	"path/filepath"
 )
 
-// WrapperPackage is the stand-in for `airlock-init run` built by BuildWrapper.
+// WrapperPackage is the stand-in for airlock-init (pid1, exec, status) built
+// by BuildWrapper.
 const WrapperPackage = "airlock.dev/airlock/internal/runwrap/testbin"
 
 // BuildWrapper builds the wrapper (static, as in the image) into dir and

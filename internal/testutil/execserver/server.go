@@ -19,6 +19,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,9 @@ import (
 	"k8s.io/client-go/rest"
 	crs "k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
+
+	"airlock.dev/airlock/internal/runwrap"
+	"airlock.dev/airlock/internal/testutil/child"
 )
 
 // Options configure a Server.
@@ -40,6 +44,10 @@ type Options struct {
 	Dir string
 	// Pods, if set, are the only pods that exist; exec into others gets 404.
 	Pods []string
+	// Supervisor, if set, is the wrapper binary to run as the "container's"
+	// PID 1 (`Supervisor pid1`, with Env and Dir) for as long as the server
+	// runs; the commands reach it through runwrap.SocketEnv.
+	Supervisor string
 	// DisableWebSocket answers WebSocket upgrades with 400, like a server
 	// that cannot translate them, to exercise the SPDY fallback.
 	DisableWebSocket bool
@@ -54,14 +62,30 @@ type Server struct {
 	WebSocketRequests atomic.Int64
 	SPDYRequests      atomic.Int64
 
+	pid1 *exec.Cmd
+
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	procs map[int]*os.Process
 }
 
+var serverSeq atomic.Int64
+
 // Start starts a server on loopback.
+// It panics if the supervisor cannot start (a test setup failure).
 func Start(opts Options) *Server {
+	if opts.Supervisor != "" {
+		sock := runwrap.SocketEnv + fmt.Sprintf("=@airlock-execserver-%d-%d", os.Getpid(), serverSeq.Add(1))
+		opts.Env = append(slices.Clone(opts.Env), sock)
+	}
 	s := &Server{opts: opts, conns: map[net.Conn]struct{}{}, procs: map[int]*os.Process{}}
+	if opts.Supervisor != "" {
+		s.pid1 = child.DieWithParent(exec.Command(opts.Supervisor, "pid1"))
+		s.pid1.Env, s.pid1.Dir, s.pid1.Stderr = append(os.Environ(), opts.Env...), opts.Dir, os.Stderr
+		if err := s.pid1.Start(); err != nil {
+			panic(fmt.Sprintf("execserver: start supervisor: %v", err))
+		}
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/v1/namespaces/{ns}/pods/{pod}/exec", s.serveAPI)
 	mux.HandleFunc("/kubelet/exec/{ns}/{pod}", s.serveKubelet)
@@ -76,6 +100,10 @@ func Start(opts Options) *Server {
 func (s *Server) Close() {
 	s.DropConnections(false)
 	s.hs.Close()
+	if s.pid1 != nil {
+		_ = s.pid1.Process.Kill()
+		_ = s.pid1.Wait()
+	}
 }
 
 // RESTConfig points a client at the server.

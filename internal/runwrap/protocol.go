@@ -1,0 +1,97 @@
+package runwrap
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// The exec protocol. The engine execs a fixed argv with no secrets
+// (`airlock-init exec` or `airlock-init status`) and writes one frame on its
+// stdin: "AIRLOCK1 " + decimal length + "\n" + JSON. For exec, the command's
+// stdin bytes follow the frame. The same frames carry the client's request to
+// the supervisor in PID 1 and the supervisor's answers back.
+const (
+	frameMagic = "AIRLOCK1 "
+	// maxFrame bounds a request (argv, shell script, env); larger stdin
+	// belongs after the frame.
+	maxFrame = 8 << 20
+)
+
+// Operations a client asks of the supervisor.
+const (
+	OpRun    = "run"
+	OpStatus = "status"
+)
+
+// Request is what a client hands the supervisor. For OpRun, Config is the
+// command; for OpStatus only ID, Wait and Cancel matter.
+type Request struct {
+	Op string `json:"op"`
+	Config
+	// Wait, for OpStatus, is how long to wait for a running command to end.
+	Wait time.Duration `json:"wait,omitempty"`
+	// Cancel, for OpStatus: kill the command if it is still running (the
+	// caller lost its stream), then report.
+	Cancel bool `json:"cancel,omitempty"`
+}
+
+// Reply is the supervisor's answer to a client.
+type Reply struct {
+	// Error: the request was refused or the supervisor failed.
+	Error string `json:"error,omitempty"`
+	// Known is false when the supervisor has no record of the ID.
+	Known bool `json:"known"`
+	// Done: the command ended and Trailer is its outcome.
+	Done    bool     `json:"done"`
+	Trailer *Trailer `json:"trailer,omitempty"`
+	// Code is the exit code the client should exit with.
+	Code int `json:"code"`
+}
+
+// WriteFrame writes v as one frame.
+func WriteFrame(w io.Writer, v any) error {
+	js, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode frame: %w", err)
+	}
+	b := append([]byte(frameMagic+strconv.Itoa(len(js))+"\n"), js...)
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("write frame: %w", err)
+	}
+	return nil
+}
+
+// ReadFrame reads exactly one frame into v and nothing after it, so the bytes
+// that follow (the command's stdin) stay unread. r should be unbuffered.
+func ReadFrame(r io.Reader, v any) error {
+	hdr := make([]byte, 0, 32)
+	var c [1]byte
+	for len(hdr) < cap(hdr) {
+		if _, err := io.ReadFull(r, c[:]); err != nil {
+			return fmt.Errorf("read frame header: %w", err)
+		}
+		if c[0] == '\n' {
+			break
+		}
+		hdr = append(hdr, c[0])
+	}
+	if len(hdr) <= len(frameMagic) || string(hdr[:len(frameMagic)]) != frameMagic {
+		return errors.New("not an airlock frame")
+	}
+	n, err := strconv.Atoi(string(hdr[len(frameMagic):]))
+	if err != nil || n < 0 || n > maxFrame {
+		return fmt.Errorf("bad frame length %q", hdr[len(frameMagic):])
+	}
+	js := make([]byte, n)
+	if _, err := io.ReadFull(r, js); err != nil {
+		return fmt.Errorf("read frame: %w", err)
+	}
+	if err := json.Unmarshal(js, v); err != nil {
+		return fmt.Errorf("decode frame: %w", err)
+	}
+	return nil
+}

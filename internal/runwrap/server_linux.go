@@ -1,0 +1,367 @@
+package runwrap
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// keepOutcomes is how many finished runs the registry remembers.
+const keepOutcomes = 256
+
+// Supervisor serves clients from PID 1: it starts a keeper per run, holds
+// the run's stream descriptors, enforces the deadline itself if the keeper is
+// killed, and remembers outcomes. It is also the reaper of everything in the
+// container: Reap must be called on every SIGCHLD.
+type Supervisor struct {
+	self int
+	log  io.Writer
+
+	mu      sync.Mutex
+	waiters map[int]chan syscall.WaitStatus // keepers by pid
+	runs    map[string]*run
+	done    []string // finished run ids, oldest first
+	// claimed are direct children that are not keepers: leftovers a run
+	// kept on purpose, or orphans of a killed keeper adopted by its run.
+	claimed map[int]bool
+}
+
+type run struct {
+	cfg     Config
+	start   time.Time
+	ctl     *net.UnixConn // to the keeper
+	stderr  *os.File      // the exec stream, for the trailer if the keeper is killed
+	ended   chan struct{}
+	cancel  chan struct{}
+	cancelO sync.Once
+	reply   Reply
+}
+
+// NewSupervisor returns a supervisor; log receives its own diagnostics.
+func NewSupervisor(log io.Writer) *Supervisor {
+	return &Supervisor{self: os.Getpid(), log: log, waiters: map[int]chan syscall.WaitStatus{},
+		runs: map[string]*run{}, claimed: map[int]bool{}}
+}
+
+// Listen binds the supervisor's socket.
+func Listen() (*net.UnixListener, error) {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socketAddr(), Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", socketAddr(), err)
+	}
+	return ln, nil
+}
+
+// Serve accepts clients until ln is closed.
+func (s *Supervisor) Serve(ln *net.UnixListener) error {
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		go s.serve(c)
+	}
+}
+
+// Reap collects every exited child; a keeper's status goes to its run.
+func (s *Supervisor) Reap() {
+	for {
+		s.mu.Lock()
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			s.mu.Unlock()
+			return
+		}
+		if ch, ok := s.waiters[pid]; ok {
+			ch <- ws
+			delete(s.waiters, pid)
+		}
+		delete(s.claimed, pid)
+		s.mu.Unlock()
+	}
+}
+
+// isClient reports whether pid may use the supervisor: it must not descend
+// from us. Every process a command starts does (we are its subreaper, or PID
+// 1 that orphans re-parent to); a process the container runtime exec'd does
+// not (its parent is outside the container, ppid 0).
+func (s *Supervisor) isClient(pid int) bool {
+	for i := 0; i < 4096 && pid > 0; i++ {
+		if pid == s.self {
+			return false
+		}
+		if pid == 1 {
+			return true // the host's init (tests): not us
+		}
+		st, ok := readStat(pid)
+		if !ok {
+			return false
+		}
+		pid = st.ppid
+	}
+	return pid == 0
+}
+
+func (s *Supervisor) serve(c *net.UnixConn) {
+	defer c.Close()
+	pid, err := peerPID(c)
+	if err != nil || !s.isClient(pid) {
+		// A command (or its descendant): say nothing, read nothing.
+		return
+	}
+	var req Request
+	files, err := recvFrameFiles(c, &req, 3)
+	if err != nil {
+		_ = WriteFrame(c, &Reply{Error: err.Error()})
+		return
+	}
+	switch req.Op {
+	case OpRun:
+		s.serveRun(c, &req, files)
+	case OpStatus:
+		closeAll(files)
+		_ = WriteFrame(c, s.status(&req))
+	default:
+		closeAll(files)
+		_ = WriteFrame(c, &Reply{Error: fmt.Sprintf("unknown op %q", req.Op)})
+	}
+}
+
+func (s *Supervisor) serveRun(c *net.UnixConn, req *Request, files []*os.File) {
+	defer closeAll(files)
+	if err := req.validate(); err != nil || len(files) < 2 {
+		_ = WriteFrame(c, &Reply{Error: fmt.Sprintf("bad run request: %v (%d descriptors)", err, len(files))})
+		return
+	}
+	r := &run{cfg: req.Config, start: time.Now(), stderr: files[1], ended: make(chan struct{}), cancel: make(chan struct{})}
+	s.mu.Lock()
+	_, dup := s.runs[r.cfg.ID]
+	if !dup {
+		s.runs[r.cfg.ID] = r
+	}
+	s.mu.Unlock()
+	if dup {
+		_ = WriteFrame(c, &Reply{Error: "duplicate run id"})
+		return
+	}
+	s.execute(r, files)
+	_ = WriteFrame(c, &r.reply)
+}
+
+// execute runs r to its end and records the outcome.
+func (s *Supervisor) execute(r *run, files []*os.File) {
+	defer func() {
+		s.mu.Lock()
+		s.done = append(s.done, r.cfg.ID)
+		if len(s.done) > keepOutcomes {
+			delete(s.runs, s.done[0])
+			s.done = s.done[1:]
+		}
+		s.mu.Unlock()
+		close(r.ended)
+	}()
+	exited, err := s.startKeeper(r, files)
+	if err != nil {
+		t := Trailer{ExitCode: -1, OOMKills: -1, WrapperError: err.Error()}
+		s.writeTrailer(r, t)
+		r.reply = Reply{Known: true, Done: true, Trailer: &t, Code: ExitWrapperError}
+		return
+	}
+	go func() {
+		select {
+		case <-r.cancel:
+			_ = WriteFrame(r.ctl, &Request{Op: "cancel"})
+		case <-r.ended:
+		}
+	}()
+	ws := <-exited
+	var rep Reply
+	if err := ReadFrame(r.ctl, &rep); err == nil && rep.Trailer != nil {
+		_ = r.ctl.Close()
+		s.adoptOrphans(r.cfg.KeepLeftovers) // what the keeper left: kept on purpose
+		rep.Known = true
+		r.reply = rep
+		return
+	}
+	_ = r.ctl.Close()
+	s.keeperKilled(r, ws)
+}
+
+// startKeeper starts r's keeper and hands it the run over a socket pair: the
+// keeper makes itself undumpable before it receives the descriptors.
+func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitStatus, error) {
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	mine, theirs := os.NewFile(uintptr(sp[0]), "keeper-control"), os.NewFile(uintptr(sp[1]), "control")
+	defer theirs.Close()
+	fc, err := net.FileConn(mine)
+	_ = mine.Close()
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	r.ctl = fc.(*net.UnixConn)
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+	}
+	defer null.Close()
+	attr := &os.ProcAttr{
+		Env:   append(os.Environ(), roleEnv+"="+roleKeeper),
+		Files: []*os.File{null, os.Stderr, os.Stderr, theirs},
+	}
+	ch := make(chan syscall.WaitStatus, 1)
+	s.mu.Lock() // no Reap between start and registration
+	p, err := os.StartProcess("/proc/self/exe", []string{"airlock-init-keeper"}, attr)
+	if err == nil {
+		s.waiters[p.Pid] = ch
+	}
+	s.mu.Unlock()
+	if err != nil {
+		_ = r.ctl.Close()
+		return nil, fmt.Errorf("start keeper: %w", err)
+	}
+	_ = p.Release() // Reap waits for it
+	if err := sendFrameFiles(r.ctl, &r.cfg, files); err != nil {
+		_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+	}
+	return ch, nil
+}
+
+// adoptOrphans claims the direct children that no run owns yet, and returns
+// them: at a keeper's exit its leftovers have just re-parented to us.
+func (s *Supervisor) adoptOrphans(kept bool) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for _, pid := range liveChildren(s.self) {
+		if _, keeper := s.waiters[pid]; keeper || s.claimed[pid] {
+			continue
+		}
+		s.claimed[pid] = kept
+		out = append(out, pid)
+	}
+	return out
+}
+
+// keeperKilled finishes a run whose keeper died without an outcome (the
+// command killed it: kill -9 -1 reaches every process of the uid but PID 1).
+// Its tree re-parented to us; the deadline still holds: at the timeout (or
+// on cancel) it is killed, and the outcome is written to the stream and
+// kept for OpStatus.
+func (s *Supervisor) keeperKilled(r *run, ws syscall.WaitStatus) {
+	roots := s.adoptOrphans(false)
+	fmt.Fprintf(s.log, "airlock-init pid1: run %s: keeper died (%v); supervising %d orphaned processes\n", r.cfg.ID, ws, len(roots))
+	var deadline <-chan time.Time
+	if r.cfg.Timeout > 0 {
+		tm := time.NewTimer(time.Until(r.start.Add(r.cfg.Timeout)))
+		defer tm.Stop()
+		deadline = tm.C
+	}
+	t := Trailer{ExitCode: -1, OOMKills: -1}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	lost := false
+wait:
+	for len(s.alive(roots)) > 0 {
+		select {
+		case <-deadline:
+			t.TimedOut = true
+			break wait
+		case <-r.cancel:
+			lost = true
+			break wait
+		case <-tick.C:
+		}
+	}
+	if t.TimedOut || lost {
+		t.Signal, t.StreamLost = "SIGKILL", lost
+		s.killRoots(roots, r.cfg.Grace)
+	} else {
+		t.StartError = "the command killed its supervisor; its exit status is unknown"
+	}
+	t.DurationMS = time.Since(r.start).Milliseconds()
+	t.V = TrailerVersion
+	if !lost {
+		s.writeTrailer(r, t)
+	}
+	r.reply = Reply{Known: true, Done: true, Trailer: &t, Code: clientCode(t)}
+}
+
+// alive returns the roots that still exist or have live descendants.
+func (s *Supervisor) alive(roots []int) []int {
+	var out []int
+	for _, pid := range roots {
+		if st, ok := readStat(pid); (ok && st.state != 'Z' && st.state != 'X') || len(liveDescendants(pid)) > 0 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// killRoots is killTree for adopted trees: SIGTERM, grace, then SIGKILL
+// until they are gone, adopting whatever re-parents to us meanwhile.
+func (s *Supervisor) killRoots(roots []int, grace time.Duration) {
+	signal := func(sig syscall.Signal) int {
+		roots = append(roots, s.adoptOrphans(false)...)
+		n := 0
+		for _, root := range roots {
+			pids := append(liveDescendants(root), root)
+			for _, pid := range pids {
+				if syscall.Kill(pid, sig) == nil {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	signal(syscall.SIGTERM)
+	signal(syscall.SIGCONT)
+	for end := time.Now().Add(grace); time.Now().Before(end) && len(s.alive(roots)) > 0; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := 0; i < 200 && len(s.alive(roots)) > 0; i++ {
+		signal(syscall.SIGKILL)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (s *Supervisor) writeTrailer(r *run, t Trailer) {
+	if b, err := FormatTrailer(r.cfg.Nonce, t); err == nil {
+		_ = r.stderr.SetWriteDeadline(time.Now().Add(trailerTimeout))
+		_, _ = r.stderr.Write(b)
+	}
+}
+
+// status answers OpStatus: the outcome of a run, waiting up to req.Wait for
+// a running one; Cancel kills it first.
+func (s *Supervisor) status(req *Request) *Reply {
+	s.mu.Lock()
+	r := s.runs[req.ID]
+	s.mu.Unlock()
+	if r == nil {
+		return &Reply{Known: false}
+	}
+	if req.Cancel {
+		r.cancelO.Do(func() { close(r.cancel) })
+	}
+	select {
+	case <-r.ended:
+		rep := r.reply
+		return &rep
+	case <-time.After(req.Wait):
+		return &Reply{Known: true}
+	}
+}
