@@ -113,6 +113,7 @@ alive() {
 stop_pid() {
 	local pid="$1" name="$2" timeout="${3:-20}" i
 	kill -TERM "${pid}" 2>/dev/null || return 0
+	kill -CONT "${pid}" 2>/dev/null || true   # a paused daemon (an e2e test stops kube-router) must see it
 	for i in $(seq $((timeout * 20))); do alive "${pid}" || return 0; sleep 0.05; done
 	log "${name} (pid ${pid}) ignored SIGTERM for ${timeout}s: SIGKILL"
 	kill -KILL "${pid}" 2>/dev/null || true
@@ -704,6 +705,7 @@ cmd_env() {
 	export CONTAINERD_NAMESPACE=k8s.io
 	export NO_PROXY=${NO_PROXY} no_proxy=${no_proxy}
 	export AIRLOCK_E2E_NODE_IP=${NODE_IP} AIRLOCK_E2E_POD_CIDR=${POD_CIDR} AIRLOCK_E2E_POD_ROUTE_TABLE=${ROUTE_TABLE}
+	export AIRLOCK_E2E_PIDS_DIR=${PIDS} AIRLOCK_E2E_KUBE_ROUTER_BIN=$(daemon_bin kube-router)
 	EOF
 }
 

@@ -4,7 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	airlockexec "airlock.dev/airlock/internal/exec"
 )
 
 // TestNetworkIsolation probes real traffic from inside sandboxes. Every destination has a positive control in
@@ -153,33 +159,118 @@ func TestAnotherPolicyReopensEgress(t *testing.T) {
 	})
 }
 
-// TestNoNetworkBeforeIsolation runs a command the moment the sandbox container starts, before the Sandbox is
-// even Ready: the network gate must already have closed the window in which a new pod can connect out.
+// TestNoNetworkBeforeIsolation shows that no command runs before the sandbox's policy is in effect, even when
+// the policy enforcer is slow. It pauses the cluster's enforcer (kube-router, SIGSTOP by the PID its pidfile
+// records) for a few seconds while sandboxes are created, so that their pods get IPs that no rule covers yet,
+// and execs a connection attempt into each as early as the API server lets a command in (retried every few
+// milliseconds from the start), repeated for a second. The network gate holds each sandbox container back
+// until the enforcer has caught up: not one attempt may get through. Run once with the gate removed from the
+// pod (the manager built without --gate-host): every sandbox's first command reached the internet stand-in,
+// and the test failed.
 func TestNoNetworkBeforeIsolation(t *testing.T) {
 	startTestHosts(t)
 	ns := newTenant(t)
-	ctx := context.Background()
-	for i := range 3 {
+	const n = 3
+	type outcome struct {
+		name, detail string
+		open         bool
+		err          error
+	}
+	results := make(chan outcome, n)
+	resume := pauseEnforcer(t)
+	for i := range n {
+		createSandbox(t, ns, fmt.Sprintf("early-%d", i))
+	}
+	for i := range n {
 		name := fmt.Sprintf("early-%d", i)
-		createSandbox(t, ns, name)
-		eventually(t, readyTimeout, "sandbox container running", func() error {
-			pod := &corev1.Pod{}
-			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
-				return err
-			}
-			for _, s := range pod.Status.ContainerStatuses {
-				if s.Name == "sandbox" && s.State.Running != nil {
-					return nil
-				}
-			}
-			return fmt.Errorf("not running yet")
-		})
-		if open, detail := probe(t, ns, name, internetIP, 80); open {
-			t.Fatalf("%s: the first command reached the network: %s", name, detail)
-		} else {
-			t.Logf("%s: first command: %s", name, detail)
+		go func() {
+			open, detail, err := earliestProbe(ns, name, internetIP, 80)
+			results <- outcome{name, detail, open, err}
+		}()
+	}
+	time.Sleep(5 * time.Second)
+	resume()
+	for range n {
+		r := <-results
+		switch {
+		case r.err != nil:
+			t.Errorf("%s: %v", r.name, r.err)
+		case r.open:
+			t.Errorf("%s: a command reached the network before isolation: %s", r.name, r.detail)
+		default:
+			t.Logf("%s: earliest commands: %s", r.name, r.detail)
 		}
 	}
+}
+
+// pauseEnforcer stops the local cluster's kube-router (found by its pidfile, checked against its binary) and
+// returns the function that resumes it; cleanup resumes it in any case.
+func pauseEnforcer(t *testing.T) (resume func()) {
+	t.Helper()
+	dir, bin := os.Getenv("AIRLOCK_E2E_PIDS_DIR"), os.Getenv("AIRLOCK_E2E_KUBE_ROUTER_BIN")
+	if dir == "" || bin == "" {
+		t.Fatal("AIRLOCK_E2E_PIDS_DIR and AIRLOCK_E2E_KUBE_ROUTER_BIN must be set: run 'make test-e2e'")
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "kube-router.pid"))
+	if err != nil {
+		t.Fatalf("kube-router's pidfile: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatalf("kube-router's pidfile %q: %v", raw, err)
+	}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || exe != bin {
+		t.Fatalf("pid %d from kube-router's pidfile is not %s (%q, %v)", pid, bin, exe, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("pausing kube-router: %v", err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}
+
+// earlyProbeScript tries a TCP connection every 20 ms for one second and prints OPEN at the first success,
+// else BLOCKED with the number of attempts and the last error.
+const earlyProbeScript = `import socket, sys, time
+end, tries, last = time.monotonic() + 1, 0, None
+while time.monotonic() < end:
+    tries += 1
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(0.2)
+    try:
+        s.connect((sys.argv[1], int(sys.argv[2])))
+        print("OPEN after %d tries" % tries)
+        sys.exit(0)
+    except Exception as e:
+        last = e
+    finally:
+        s.close()
+    time.sleep(0.02)
+print("BLOCKED %d tries, last: %s" % (tries, last))
+`
+
+// earliestProbe execs the probe in the sandbox's container as soon as exec succeeds at all (it fails while
+// the container does not run yet). Safe to call from any goroutine: it reports errors instead of failing.
+func earliestProbe(ns, name, host string, port int) (open bool, detail string, err error) {
+	deadline := time.Now().Add(readyTimeout)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		res, err := engine.Run(ctx, airlockexec.Request{Namespace: ns, Pod: name, Container: "sandbox",
+			Argv: []string{"python3", "-c", earlyProbeScript, host, strconv.Itoa(port)}, Timeout: 20 * time.Second})
+		cancel()
+		if err != nil || res.Outcome == airlockexec.OutcomeSandboxLost {
+			time.Sleep(5 * time.Millisecond) // not started yet: the pod or its container does not exist yet
+			continue
+		}
+		out := strings.TrimSpace(res.Stdout)
+		if res.ExitCode != 0 || (!strings.HasPrefix(out, "OPEN") && !strings.HasPrefix(out, "BLOCKED")) {
+			return false, "", fmt.Errorf("probe did not run: %s exit %d stdout %q stderr %q", res.Outcome, res.ExitCode, res.Stdout, res.Stderr)
+		}
+		return strings.HasPrefix(out, "OPEN"), out, nil
+	}
+	return false, "", fmt.Errorf("no command could run in %s within %s", name, readyTimeout)
 }
 
 // startTargetPod runs a plain HTTP server pod (runc, restricted) in its own namespace and returns its IP.
