@@ -64,7 +64,7 @@ test: preflight verify test-unit test-chart test-integration test-e2e ## Everyth
 
 .PHONY: test-unit
 test-unit: ## Unit tests of the pure parts (no API server).
-	go test $(GO_TEST_FLAGS) ./api/... ./internal/... ./cmd/... -skip 'Integration'
+	go test $(GO_TEST_FLAGS) ./api/... ./internal/... ./cmd/... ./test/hack/... -skip 'Integration'
 
 .PHONY: envtest-assets
 envtest-assets: ## Build etcd, kube-apiserver and kubectl for envtest into the machine-wide cache (first time 15-20 min).
