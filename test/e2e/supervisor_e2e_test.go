@@ -29,15 +29,11 @@ func noProcess(t *testing.T, ns, name, comm string) {
 
 // TestSupervisorDeadlineHoldsWhateverTheCommandDoes: every command is supervised by PID 1 (airlock-init pid1),
 // which kill -9 -1 cannot reach; the exec'd client and the run's keeper can be killed, the deadline still
-// holds, the outcome is timeout (never sandbox_lost while the sandbox is alive), nothing is left, and the
-// sandbox keeps its state. A fork bomb ends at its timeout too.
+// holds, the outcome is timeout (never sandbox_lost while the sandbox is alive), and nothing is left.
 func TestSupervisorDeadlineHoldsWhateverTheCommandDoes(t *testing.T) {
 	ns := newTenant(t)
 	createSandbox(t, ns, "sup")
 	waitReady(t, ns, "sup")
-	if r := sh(t, ns, "sup", "echo kept > $HOME/state", 10*time.Second); r.Outcome != airlockexec.OutcomeExited {
-		t.Fatalf("write state: %+v", r)
-	}
 
 	start := time.Now()
 	res := sh(t, ns, "sup", "kill -9 -1; sleep 1001", 3*time.Second)
@@ -57,15 +53,25 @@ func TestSupervisorDeadlineHoldsWhateverTheCommandDoes(t *testing.T) {
 		t.Fatalf("want outcome timeout within 3s + grace, got %+v in %v", res, took)
 	}
 	noProcess(t, ns, "sup", "sleep 1003")
+}
 
-	start = time.Now()
-	res = sh(t, ns, "sup", "bomb() { bomb | bomb & }; bomb; sleep 1006", 15*time.Second)
-	took = time.Since(start)
+// TestSupervisorForkBombTimesOut: a foreground fork bomb hits the process limit (RLIMIT_NPROC on the command
+// alone), ends at its timeout with outcome timeout, nothing of it is left, and the sandbox keeps its state.
+func TestSupervisorForkBombTimesOut(t *testing.T) {
+	ns := newTenant(t)
+	createSandbox(t, ns, "bomb")
+	waitReady(t, ns, "bomb")
+	if r := sh(t, ns, "bomb", "echo kept > $HOME/state", 10*time.Second); r.Outcome != airlockexec.OutcomeExited {
+		t.Fatalf("write state: %+v", r)
+	}
+	start := time.Now()
+	res := sh(t, ns, "bomb", "bomb() { bomb | bomb & }; bomb; sleep 1006", 15*time.Second)
+	took := time.Since(start)
 	t.Logf("fork bomb: outcome=%s exit=%d detail=%q in %v", res.Outcome, res.ExitCode, res.Detail, took)
 	if res.Outcome != airlockexec.OutcomeTimeout || took > 15*time.Second+grace+slack {
 		t.Fatalf("want outcome timeout within 15s + grace, got %s in %v: %+v", res.Outcome, took, res)
 	}
-	if r := sh(t, ns, "sup", "cat $HOME/state; ps -eo args --no-headers | grep -c -e 'sleep 100[0-9]' -e '^/bin/sh -c bomb' || true", 30*time.Second); !strings.HasPrefix(r.Stdout, "kept\n") {
+	if r := sh(t, ns, "bomb", "cat $HOME/state; ps -eo args --no-headers | grep -c -e 'sleep 100[0-9]' -e '^/bin/sh -c bomb' || true", 30*time.Second); !strings.HasPrefix(r.Stdout, "kept\n") {
 		t.Fatalf("after the fork bomb the sandbox must answer with its state: %+v", r)
 	} else if strings.TrimSpace(strings.TrimPrefix(r.Stdout, "kept\n")) != "0" {
 		t.Fatalf("fork bomb processes left: %q", r.Stdout)
