@@ -16,7 +16,7 @@ const (
 // wrapperFailed reports a failure of the wrapper itself: a message, and a
 // trailer when the nonce is usable so the caller need not guess.
 func wrapperFailed(nonce string, stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "airlock-init run: %v\n", err)
+	fmt.Fprintf(stderr, "airlock-init: %v\n", err)
 	if ValidNonce(nonce) {
 		if t, ferr := FormatTrailer(nonce, Trailer{ExitCode: -1, OOMKills: -1, WrapperError: err.Error()}); ferr == nil {
 			_, _ = stderr.Write(t)
