@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/testutil/guardconfig"
 	"airlock.dev/airlock/internal/webhook/execguard"
 )
 
@@ -60,23 +61,7 @@ func prepareExecGuard(ctx context.Context) error {
 		return err
 	}
 	url := "https://" + addr + execguard.Path
-	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: guardConfig},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "exec-guard.sandbox.airlock.dev",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url},
-			AdmissionReviewVersions: []string{"v1"},
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			TimeoutSeconds:          ptr.To[int32](5),
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Connect},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
-					Resources: []string{"pods/exec", "pods/attach", "pods/portforward", "pods/proxy"}},
-			}},
-			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "gateway-service-account",
-				Expression: fmt.Sprintf("request.userInfo.username == '%s'", guardUser)}},
-		}},
-	}
+	vwc := guardconfig.ForURL(guardConfig, url, guardUser)
 	if err := k8s.Create(ctx, vwc); err != nil {
 		return fmt.Errorf("creating the exec guard's webhook configuration: %w", err)
 	}

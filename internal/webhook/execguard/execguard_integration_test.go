@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -32,6 +31,7 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/sandbox"
+	"airlock.dev/airlock/internal/testutil/guardconfig"
 	"airlock.dev/airlock/internal/webhook/certs"
 	"airlock.dev/airlock/internal/webhook/execguard"
 )
@@ -150,23 +150,7 @@ func TestExecGuardIntegration(t *testing.T) {
 }
 
 func guardConfig(url string) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	return &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: configName},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "exec-guard.sandbox.airlock.dev",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url},
-			AdmissionReviewVersions: []string{"v1"},
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			TimeoutSeconds:          ptr.To[int32](5),
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Connect},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
-					Resources: []string{"pods/exec", "pods/attach", "pods/portforward", "pods/proxy"}},
-			}},
-			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "gateway-only",
-				Expression: fmt.Sprintf("request.userInfo.username == '%s'", gatewayUser)}},
-		}},
-	}
+	return guardconfig.ForURL(configName, url, gatewayUser)
 }
 
 // startGuard runs a manager with the guard and the certificate rotator, wired as cmd/manager wires them, and
