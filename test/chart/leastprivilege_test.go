@@ -62,9 +62,10 @@ func TestExecIsBoundOnlyInTenants(t *testing.T) {
 				t.Errorf("pods/exec bound cluster-wide by %v", wide)
 			}
 			var want []string
-			if name == "tenants" {
+			switch name {
+			case "tenants":
 				want = []string{"team-a", "team-b"}
-			} else if name == "local-cluster" {
+			case "local-cluster":
 				want = []string{"team-a"}
 			}
 			if !reflect.DeepEqual(nss, want) {
