@@ -18,7 +18,7 @@ const (
 	// InitBinary is the path of airlock-init inside the sandbox container.
 	InitBinary = ToolsDir + "/airlock-init"
 
-	// ProcessLimitEnv carries PodOptions.ProcessLimit to airlock-init run (runwrap.ProcessLimitEnv).
+	// ProcessLimitEnv carries PodOptions.ProcessLimit to the supervisor in the sandbox (runwrap.ProcessLimitEnv).
 	ProcessLimitEnv = "AIRLOCK_PROCESS_LIMIT"
 
 	// SandboxUID is the fixed non-root user commands run as.

@@ -26,7 +26,7 @@ type PodOptions struct {
 	GateTarget string
 	// GateTimeout bounds how long the gate waits for isolation before failing the pod.
 	GateTimeout metav1.Duration
-	// ProcessLimit caps the sandbox user's processes (RLIMIT_NPROC, applied by airlock-init run) under the
+	// ProcessLimit caps the sandbox user's processes (RLIMIT_NPROC, set on each command by the supervisor) under the
 	// runtimes in ProcessLimitRuntimes. Under gVisor the pod's pids limit kills the whole sandbox instead of
 	// failing fork, so a fork bomb must be stopped inside first. Under gVisor (systrap) each guest process
 	// costs about two host tasks on top of ~60 for the sandbox itself: keep it below a quarter of the
