@@ -309,6 +309,36 @@ func TestIntegrationLostPodFailsSandboxWithoutReplacement(t *testing.T) {
 	g.Eventually(func() []string { return eventReasons(t, c, ns, "lost") }).WithTimeout(waitLong).Should(ContainElement("Failed"))
 }
 
+// An evicted pod fails the sandbox with the kubelet's own reason, not an empty "the pod stopped: ".
+func TestIntegrationEvictedPodFailsSandboxWithItsReason(t *testing.T) {
+	_, c := startEnv(t)
+	startManager(t, managerOptions{})
+	ctx, g := context.Background(), NewWithT(t)
+	ns := newNamespace(t, c)
+	g.Expect(c.Create(ctx, makeSandbox(ns, "ev").image("img:1").obj())).To(Succeed())
+	pod, _ := getPodAndPolicy(t, c, ns, "ev")
+	markPodRunning(t, c, pod, 0)
+	g.Eventually(func() airlockv1.SandboxPhase { return getSandbox(t, c, ns, "ev").Status.Phase }).
+		WithTimeout(waitLong).Should(Equal(airlockv1.PhaseReady))
+
+	// What the kubelet writes when it evicts the pod. The killed container's own status says only how it ended,
+	// which is what the Sandbox said before the pod's reason came first.
+	g.Expect(c.Get(ctx, key(ns, "ev"), pod)).To(Succeed())
+	evicted := `Usage of EmptyDir volume "workdir" exceeds the limit "1Gi". `
+	pod.Status.Phase, pod.Status.Reason, pod.Status.Message = corev1.PodFailed, "Evicted", evicted
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget,
+		Status: corev1.ConditionTrue, Reason: "TerminationByKubelet", Message: evicted})
+	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}
+	g.Expect(c.Status().Update(ctx, pod)).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "ev")
+		g.Expect(s.Status.Phase).To(Equal(airlockv1.PhaseFailed))
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonPodFailed))
+		g.Expect(readyMessage(&s.Status)).To(Equal(ReasonPodFailed + `: the sandbox's pod stopped: Evicted: Usage of EmptyDir volume "workdir" exceeds the limit "1Gi".`))
+	}).WithTimeout(waitLong).Should(Succeed())
+}
+
 func TestIntegrationRestartKeepsExpiry(t *testing.T) {
 	_, c := startEnv(t)
 	ctx, g := context.Background(), NewWithT(t)

@@ -159,7 +159,7 @@ func readyCondition(obs observation, expired bool, isolated metav1.Condition) me
 	case obs.podLost:
 		c.Reason, c.Message = ReasonPodLost, "the sandbox's pod disappeared; its files are gone and it is not replaced"
 	case pod != nil && pod.Status.Phase == corev1.PodFailed, pod != nil && pod.Status.Phase == corev1.PodSucceeded:
-		c.Reason, c.Message = ReasonPodFailed, "the sandbox's pod stopped: "+podProblem(pod)
+		c.Reason, c.Message = ReasonPodFailed, "the sandbox's pod stopped: "+stopReason(pod)
 	case obs.blocked != nil:
 		c.Reason, c.Message = obs.blocked.reason, obs.blocked.message
 	case pod == nil:
@@ -256,8 +256,13 @@ func containerStartedAt(pod *corev1.Pod) *metav1.Time {
 	return nil
 }
 
-// podProblem describes why a pod is not running, from the first container that says.
+// podProblem describes why a pod is not running. The pod's own reason comes first: when the kubelet evicts a pod
+// or its node is lost, that names the cause (Evicted: Usage of EmptyDir volume ...), while the containers it
+// stopped only say how they ended.
 func podProblem(pod *corev1.Pod) string {
+	if pod.Status.Reason != "" || pod.Status.Message != "" {
+		return reasonMessage(pod.Status.Reason, pod.Status.Message)
+	}
 	statuses := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
 	for _, s := range statuses {
 		switch {
@@ -268,13 +273,37 @@ func podProblem(pod *corev1.Pod) string {
 				s.State.Terminated.Reason, strings.TrimSpace(s.State.Terminated.Message))
 		}
 	}
-	if pod.Status.Message != "" {
-		return pod.Status.Reason + ": " + pod.Status.Message
-	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+		switch {
+		case c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue:
+			return reasonMessage(c.Reason, c.Message)
+		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "":
 			return "not scheduled: " + c.Message
 		}
 	}
 	return ""
+}
+
+// stopReason says why a pod stopped, never empty: a sandbox that failed with no reason leaves its user nothing
+// to act on.
+func stopReason(pod *corev1.Pod) string {
+	if p := podProblem(pod); p != "" {
+		return p
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		if t := s.State.Terminated; s.Name == sandbox.ContainerName && t != nil {
+			return strings.TrimSpace(fmt.Sprintf("container %s exited %d (%s) %s", s.Name, t.ExitCode, t.Reason, strings.TrimSpace(t.Message)))
+		}
+	}
+	return fmt.Sprintf("phase %s with no reason given by the kubelet", pod.Status.Phase)
+}
+
+func reasonMessage(reason, message string) string {
+	switch {
+	case reason == "":
+		return message
+	case message == "":
+		return reason
+	}
+	return reason + ": " + strings.TrimSpace(message)
 }

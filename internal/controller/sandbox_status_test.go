@@ -30,6 +30,14 @@ func TestComputeStatus(t *testing.T) {
 	zero, one := int32(0), int32(1)
 	failed := runningPod(&zero)
 	failed.Status.Phase = corev1.PodFailed
+	evicted := runningPod(&zero)
+	evicted.Status.Phase, evicted.Status.Reason = corev1.PodFailed, "Evicted"
+	evicted.Status.Message = `Usage of EmptyDir volume "workdir" exceeds the limit "1Gi". `
+	evicted.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}
+	disrupted := runningPod(&zero)
+	disrupted.Status.Phase = corev1.PodFailed
+	disrupted.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+		Reason: "DeletionByTaintManager", Message: "Taint manager: deleting due to NoExecute taint"}}
 	pulling := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 		Name: sandbox.ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: "image not present"}}}}}}
 
@@ -56,7 +64,11 @@ func TestComputeStatus(t *testing.T) {
 		"image missing says why": {observation{policy: policyInEffect, pod: pulling},
 			airlockv1.PhasePending, "False/Starting", "False/GatePending", "False/NotExpired", "ErrImageNeverPull"},
 		"pod failed": {observation{policy: policyInEffect, pod: failed, evidence: gvisorEvidence()},
-			airlockv1.PhaseFailed, "False/PodFailed", "True/Isolated", "False/NotExpired", ""},
+			airlockv1.PhaseFailed, "False/PodFailed", "True/Isolated", "False/NotExpired", "phase Failed with no reason given"},
+		"evicted pod says why, not how its container ended": {observation{policy: policyInEffect, pod: evicted, evidence: gvisorEvidence()},
+			airlockv1.PhaseFailed, "False/PodFailed", "True/Isolated", "False/NotExpired", `stopped: Evicted: Usage of EmptyDir volume "workdir" exceeds the limit "1Gi".`},
+		"disrupted pod says why": {observation{policy: policyInEffect, pod: disrupted, evidence: gvisorEvidence()},
+			airlockv1.PhaseFailed, "False/PodFailed", "True/Isolated", "False/NotExpired", "DeletionByTaintManager: Taint manager"},
 		"pod lost": {observation{policy: policyInEffect, podLost: true},
 			airlockv1.PhaseFailed, "False/PodLost", "False/GatePending", "False/NotExpired", ""},
 		"template missing": {observation{blocked: &blocker{reason: ReasonTemplateNotFound, message: "no template"}},
