@@ -214,6 +214,9 @@ func (e *Engine) classify(ctx context.Context, log logr.Logger, req *Request, re
 	case tr.StreamLost:
 		res.Outcome, res.ExitCode, res.Signal = OutcomeSandboxLost, -1, ""
 		res.Detail = "the exec stream was lost; the sandbox's supervisor killed the command"
+	case tr.OOMGuard != "":
+		res.Outcome = OutcomeOOM
+		res.Detail = tr.OOMGuard
 	case tr.TimedOut:
 		res.Outcome = OutcomeTimeout
 	case tr.OutputLimit:

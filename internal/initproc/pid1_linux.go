@@ -16,7 +16,8 @@ import (
 // thin `airlock-init exec` client that hands its request to the supervisor listening here (runwrap), because
 // PID 1 is the one process a command cannot kill with kill -9 -1 and it outlives every exec. It also reaps
 // orphans (background jobs, daemonised servers), or the sandbox fills with zombies until its pid limit is hit.
-// It is not dumpable, so commands (same uid) cannot read the runs' nonces or open the exec streams it holds
+// Its memory guard kills the largest command before the sandbox nears its memory limit, so one greedy command
+// does not cost the sandbox (runwrap.MemoryGuard). It is not dumpable, so commands (same uid) cannot read the runs' nonces or open the exec streams it holds
 // through /proc. It exits 0 on SIGTERM or SIGINT, so pod deletion is quick.
 func PID1(args []string, stderr io.Writer) int {
 	if len(args) != 0 {
@@ -42,6 +43,17 @@ func PID1(args []string, stderr io.Writer) int {
 		return 1
 	}
 	defer ln.Close()
+	if headroom, on, err := runwrap.ParseMemoryGuard(os.Getenv(runwrap.MemoryGuardEnv)); err != nil {
+		fmt.Fprintf(stderr, "airlock-init pid1: %v\n", err)
+		return 1
+	} else if on {
+		g := runwrap.MemoryGuard{Headroom: headroom, Interval: runwrap.DefaultMemoryPoll, Usage: runwrap.SandboxMemory}
+		if u, err := g.Usage(); err == nil {
+			fmt.Fprintf(stderr, "airlock-init pid1: memory guard: %s: %d MiB used of %d MiB; kills the largest command above limit - %d MiB\n",
+				u.Source, u.Used>>20, u.Limit>>20, headroom>>20)
+		}
+		go sup.GuardMemory(g)
+	}
 	go func() {
 		if err := sup.Serve(ln); err != nil {
 			fmt.Fprintf(stderr, "airlock-init pid1: %v\n", err)

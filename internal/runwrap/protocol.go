@@ -25,6 +25,9 @@ const (
 const (
 	OpRun    = "run"
 	OpStatus = "status"
+	// opMemoryKill, from PID 1 to a keeper: the memory guard chose this run;
+	// kill the command now and say so in the trailer.
+	opMemoryKill = "memory_kill"
 )
 
 // Request is what a client hands the supervisor. For OpRun, Config is the
@@ -37,6 +40,8 @@ type Request struct {
 	// Cancel, for OpStatus: kill the command if it is still running (the
 	// caller lost its stream), then report.
 	Cancel bool `json:"cancel,omitempty"`
+	// Reason, for opMemoryKill, goes into Trailer.OOMGuard.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Reply is the supervisor's answer to a client.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,12 @@ type run struct {
 	cancel  chan struct{}
 	cancelO sync.Once
 	reply   Reply
+	// keeper is the keeper's pid; orphans, once it died, the roots PID 1
+	// adopted (both under Supervisor.mu). oomGuard is set when the memory
+	// guard killed the command.
+	keeper   int
+	orphans  []int
+	oomGuard atomic.Pointer[string]
 }
 
 // NewSupervisor returns a supervisor; log receives its own diagnostics.
@@ -227,6 +234,7 @@ func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitS
 	p, err := os.StartProcess("/proc/self/exe", []string{"airlock-init-keeper"}, attr)
 	if err == nil {
 		s.waiters[p.Pid] = ch
+		r.keeper = p.Pid
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -263,6 +271,9 @@ func (s *Supervisor) adoptOrphans(kept bool) []int {
 // kept for OpStatus.
 func (s *Supervisor) keeperKilled(r *run, ws syscall.WaitStatus) {
 	roots := s.adoptOrphans(false)
+	s.mu.Lock()
+	r.orphans = roots
+	s.mu.Unlock()
 	fmt.Fprintf(s.log, "airlock-init pid1: run %s: keeper died (%v); supervising %d orphaned processes\n", r.cfg.ID, ws, len(roots))
 	var deadline <-chan time.Time
 	if r.cfg.Timeout > 0 {
@@ -286,7 +297,9 @@ wait:
 		case <-tick.C:
 		}
 	}
-	if t.TimedOut || lost {
+	if p := r.oomGuard.Load(); p != nil && !t.TimedOut && !lost {
+		t.Signal, t.OOMGuard = "SIGKILL", *p
+	} else if t.TimedOut || lost {
 		t.Signal, t.StreamLost = "SIGKILL", lost
 		s.killRoots(roots, r.cfg.Grace)
 	} else {

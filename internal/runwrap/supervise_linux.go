@@ -32,6 +32,8 @@ type supervisor struct {
 	timedOut    atomic.Bool
 	outputLimit atomic.Bool
 	streamLost  atomic.Bool
+	oomGuard    atomic.Pointer[string]
+	pgid        atomic.Int64
 	fileErr     atomic.Pointer[string]
 	killReq     chan struct{}
 	killOnce    sync.Once
@@ -125,6 +127,7 @@ func (s *supervisor) supervise(cmd *exec.Cmd, wg *sync.WaitGroup, outR, errR *os
 		timeout = tm.C
 	}
 	me, pgid := os.Getpid(), cmd.Process.Pid
+	s.pgid.Store(int64(pgid))
 	killed := make(chan struct{})
 	startKill := func() {
 		s.killOnce.Do(func() {
@@ -162,6 +165,9 @@ loop:
 	t.TimedOut = s.timedOut.Load()
 	t.OutputLimit = s.outputLimit.Load()
 	t.StreamLost = s.streamLost.Load() && !t.TimedOut
+	if p := s.oomGuard.Load(); p != nil {
+		t.OOMGuard = *p
+	}
 	return t
 }
 
@@ -183,10 +189,26 @@ func (s *supervisor) waitCopiers(wg *sync.WaitGroup, outR, errR *os.File, d time
 // engine lost its stream) or goes away. The client's death is no reason: a
 // command can kill its own client, and the deadline must still hold.
 func (s *supervisor) watchControl(ctl *net.UnixConn) {
-	var req Request
-	_ = ReadFrame(ctl, &req)
-	s.streamLost.Store(true)
-	s.requestKill()
+	for {
+		var req Request
+		if err := ReadFrame(ctl, &req); err == nil && req.Op == opMemoryKill {
+			s.memoryKill(req.Reason)
+			continue
+		}
+		s.streamLost.Store(true)
+		s.requestKill()
+		return
+	}
+}
+
+// memoryKill SIGKILLs the command's tree at once (no grace: the sandbox is
+// about to run out of memory), after marking the trailer.
+func (s *supervisor) memoryKill(reason string) {
+	s.oomGuard.CompareAndSwap(nil, &reason)
+	me, pgid := os.Getpid(), int(s.pgid.Load())
+	for i := 0; i < 200 && signalTree(me, pgid, syscall.SIGKILL) > 0; i++ {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // finish writes the trailer (unless the stream is gone), closes and rotates

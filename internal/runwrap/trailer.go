@@ -46,7 +46,10 @@ type Trailer struct {
 	LeftoversKilled int `json:"leftovers_killed,omitempty"`
 	// StreamLost: the tree was killed because the stream broke or the engine
 	// cancelled the run after losing it.
-	StreamLost bool   `json:"stream_lost,omitempty"`
+	StreamLost bool `json:"stream_lost,omitempty"`
+	// OOMGuard, when set, says why PID 1's memory guard SIGKILLed the command
+	// (the sandbox neared its memory limit and this was the largest tree).
+	OOMGuard   string `json:"oom_guard,omitempty"`
 	StartError string `json:"start_error,omitempty"`
 	FileError  string `json:"file_error,omitempty"`
 	// WrapperError means the wrapper itself failed; the fields above may then
