@@ -2,7 +2,8 @@
 // image. Subcommands:
 //
 //	setup   (init container) install airlock-init for the sandbox container, then wait for network isolation
-//	pid1    (sandbox container) stay alive, reap orphans, and supervise every command
+//	pid1    (sandbox container) stay alive, reap orphans, supervise every command, and kill the largest
+//	        command before the sandbox runs out of memory (env AIRLOCK_MEMORY_GUARD: headroom in MiB, or off)
 //	exec    (each exec) hand the request on stdin to pid1, which runs the command and writes its output
 //	status  (after a lost exec) read a run's outcome back from pid1
 package main
@@ -19,7 +20,9 @@ const usage = `Usage: airlock-init <command> [flags]
 
 Commands:
   setup   install airlock-init into a shared volume and wait until network isolation is in effect
-  pid1    run as the sandbox container's PID 1: reap orphans and supervise every command
+  pid1    run as the sandbox container's PID 1: reap orphans and supervise every command; its memory
+          guard kills the largest command above the memory limit minus AIRLOCK_MEMORY_GUARD MiB
+          (default 160; off disables it)
   exec    run one command through pid1; the request is a frame on stdin, never in argv
   status  print the outcome of a run (request frame on stdin)
 `
