@@ -4,6 +4,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -41,6 +42,10 @@ func DefaultPodOptions(initImage string) PodOptions {
 		ProcessLimit: 256, ProcessLimitRuntimes: []string{"gvisor"}}
 }
 
+// GVisorOverlayAnnotation sets runsc's --overlay2 for one pod. containerd passes it to runsc only when the
+// runsc runtime lists it in pod_annotations (docs/runtimes.md).
+const GVisorOverlayAnnotation = "dev.gvisor.flag.overlay2"
+
 const (
 	toolsVolume   = "airlock-tools"
 	workdirVolume = "workdir"
@@ -73,6 +78,8 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 		env = append(env, corev1.EnvVar{Name: ProcessLimitEnv, Value: strconv.Itoa(o.ProcessLimit)})
 	}
 
+	workVolumes, workMounts, annotations := workdirStorage(r)
+
 	gateHost, gatePort := "$(AIRLOCK_NODE_IP)", strconv.Itoa(int(o.GatePort))
 	if h, p, err := net.SplitHostPort(o.GateTarget); err == nil {
 		gateHost, gatePort = h, p
@@ -80,9 +87,10 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      sbx.Name,
-			Namespace: sbx.Namespace,
-			Labels:    labels,
+			Name:        sbx.Name,
+			Namespace:   sbx.Namespace,
+			Labels:      labels,
+			Annotations: annotations,
 		},
 		Spec: corev1.PodSpec{
 			RuntimeClassName:              ptr.To(r.RuntimeClassName),
@@ -123,19 +131,29 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 				Env:             env,
 				SecurityContext: restrictedContainer(uid, nonRoot),
 				Resources:       r.Resources,
-				VolumeMounts: []corev1.VolumeMount{
+				VolumeMounts: append([]corev1.VolumeMount{
 					{Name: toolsVolume, MountPath: ToolsDir, ReadOnly: true},
-					{Name: workdirVolume, MountPath: r.WorkingDir},
-				},
+				}, workMounts...),
 			}},
-			Volumes: []corev1.Volume{
+			Volumes: append([]corev1.Volume{
 				{Name: toolsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: workdirVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
-					SizeLimit: ptr.To(r.WorkdirLimit),
-				}}},
-			},
+			}, workVolumes...),
 		},
 	}
+}
+
+// workdirStorage returns where the working directory's files live. An emptyDir's sizeLimit only makes the kubelet
+// evict the pod, files and all, some time after the limit was passed. Under gVisor the working directory (and
+// /tmp: the image ships it non-empty so runsc does not mount its own, memory-backed tmpfs there) stay in the
+// container's root filesystem instead, whose overlay upper layer runsc keeps in a file on the node, sized here:
+// a write past the limit fails with ENOSPC and the sandbox lives on.
+func workdirStorage(r Resolved) ([]corev1.Volume, []corev1.VolumeMount, map[string]string) {
+	if r.RuntimeHandler == "runsc" || strings.HasPrefix(r.RuntimeHandler, "runsc-") {
+		return nil, nil, map[string]string{GVisorOverlayAnnotation: "root:self,size=" + strconv.FormatInt(r.WorkdirLimit.Value(), 10)}
+	}
+	return []corev1.Volume{{Name: workdirVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+		SizeLimit: ptr.To(r.WorkdirLimit),
+	}}}}, []corev1.VolumeMount{{Name: workdirVolume, MountPath: r.WorkingDir}}, nil
 }
 
 func restrictedContainer(uid int64, nonRoot bool) *corev1.SecurityContext {

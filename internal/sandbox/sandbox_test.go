@@ -369,3 +369,24 @@ func TestProcessLimitOnlyUnderListedRuntimes(t *testing.T) {
 		}
 	}
 }
+
+func TestWorkdirUnderGVisorIsInTheSizedRootOverlay(t *testing.T) {
+	r, err := Resolve(sbx(), nil, DefaultDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.RuntimeHandler = "runsc"
+	pod := BuildPod(sbx(), r, DefaultPodOptions("init:1"))
+	if got := pod.Annotations[GVisorOverlayAnnotation]; got != "root:self,size=1073741824" {
+		t.Errorf("overlay annotation %q, want the small size's 1Gi", got)
+	}
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		if m.MountPath == r.WorkingDir {
+			t.Errorf("under gVisor the working directory must stay in the root overlay (an emptyDir only evicts), got mount %+v", m)
+		}
+	}
+	r.RuntimeHandler = "runc"
+	if pod := BuildPod(sbx(), r, DefaultPodOptions("init:1")); pod.Annotations[GVisorOverlayAnnotation] != "" || len(pod.Spec.Volumes) != 2 {
+		t.Errorf("under runc the working directory is a size-limited emptyDir without the gVisor annotation, got %v %+v", pod.Annotations, pod.Spec.Volumes)
+	}
+}

@@ -15,3 +15,8 @@ path-exclude /usr/share/info/*
 path-exclude /usr/share/locale/*
 path-include /usr/share/locale/locale.alias
 CFG
+# A non-empty /tmp: on an empty one runsc mounts its own tmpfs, in memory and sized at half the node's RAM,
+# so a big file there would OOM-kill the sandbox. Kept, /tmp is part of the root filesystem, whose overlay the
+# manager sizes per sandbox (docs/runtimes.md). A dot file: hack/images.sh empties /tmp/* when trimming.
+chmod 1777 /tmp
+echo "/tmp is on the sandbox's disk, not in memory: see Airlock's docs/runtimes.md" >/tmp/.airlock-disk
