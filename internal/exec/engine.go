@@ -221,7 +221,11 @@ func (e *Engine) classify(ctx context.Context, log logr.Logger, req *Request, re
 		res.Outcome = OutcomeTimeout
 	case tr.OutputLimit:
 		res.Outcome = OutcomeOutputLimit
-	case tr.Signal == "SIGKILL" && (tr.OOMKills > 0 || e.oomKilled(ctx, log, req, start)):
+	case tr.OOMKills > 0 && (tr.Signal == "SIGKILL" || tr.Signal == "" && tr.ExitCode == 128+9):
+		// A shell reports its OOM-killed child as exit 137 (runc: the kernel kills inside the container's cgroup).
+		res.Outcome = OutcomeOOM
+		res.Detail = fmt.Sprintf("the kernel OOM-killed %d process(es) in the sandbox during the command", tr.OOMKills)
+	case tr.Signal == "SIGKILL" && e.oomKilled(ctx, log, req, start):
 		res.Outcome = OutcomeOOM
 	case tr.Signal != "":
 		res.Outcome = OutcomeSignal

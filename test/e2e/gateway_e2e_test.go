@@ -106,7 +106,7 @@ func TestGatewayTimeoutFloodAndBombs(t *testing.T) {
 		t.Errorf("after the fork bomb the sandbox must still answer, got %v", summarize(alive))
 	}
 
-	// The memory bomb gets a sandbox of its own: if the runtime kills the whole sandbox, that is the one lost.
+	// The memory bomb gets a sandbox of its own, in case the guard misses it and the runtime kills the sandbox.
 	_, created = g.call(t, key, "POST", "/v1/sandboxes", map[string]any{"size": "small", "timeout_minutes": 30})
 	id = str(t, created, "id")
 	if id == "" || created["status"] != "ready" {
@@ -116,6 +116,10 @@ func TestGatewayTimeoutFloodAndBombs(t *testing.T) {
 	t.Logf("memory bomb: outcome=%v exit=%v signal=%v detail=%v", res["outcome"], res["exit_code"], res["signal"], res["detail"])
 	if res["outcome"] != "oom" {
 		t.Errorf("a memory bomb must be reported as oom, got %v", summarize(res))
+	}
+	// PID 1's memory guard kills the bomb before the host's OOM killer would take the sandbox.
+	if alive := g.execCmd(t, key, id, "echo alive", 30000); alive["stdout"] != "alive\n" {
+		t.Errorf("after the memory bomb the sandbox must still answer, got %v", summarize(alive))
 	}
 }
 
