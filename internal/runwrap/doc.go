@@ -27,4 +27,8 @@
 //     the Supervisor adopts the orphaned tree, kills it at the deadline and
 //     writes the trailer itself. It keeps recent outcomes by id, which
 //     `airlock-init status` (StatusMain) reads back after a lost stream.
+//   - PID 1's memory guard (MemoryGuard) polls the sandbox's memory and,
+//     near the limit, SIGKILLs the largest command tree by RSS (through its
+//     keeper, which marks the trailer's oom_guard), before the host's OOM
+//     killer takes the whole sandbox (gVisor) or the kernel picks a victim.
 package runwrap
