@@ -40,6 +40,8 @@ func TestMain(m *testing.M) {
 	}
 	socketName = fmt.Sprintf("@airlock-runwrap-test-%d", os.Getpid())
 	os.Setenv(SocketEnv, socketName)
+	// The host's memory is not the tests' to guard (TestMemoryGuardKillsLargest runs its own pid1).
+	os.Setenv(MemoryGuardEnv, "off")
 	pid1 := child.DieWithParent(exec.Command(wrapperBin, "pid1"))
 	pid1.Stderr = os.Stderr
 	if err := pid1.Start(); err != nil {
