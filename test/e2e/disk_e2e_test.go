@@ -12,7 +12,9 @@ import (
 // TestDiskLimitFailsTheWriterNotTheSandbox: under gVisor /tmp and the working directory are in the container's
 // root filesystem, whose overlay runsc sizes to the sandbox's disk limit (dev.gvisor.flag.overlay2, 1Gi for
 // small). A 20 GB dd into either fails with ENOSPC at the limit, and the sandbox stays Ready with its earlier
-// files and runs the next command; the kubelet does not evict it later either.
+// files and runs the next command; the kubelet does not evict it later either. Run once without the protection
+// (the pod without the overlay annotation, the image with an empty /tmp): it failed, /tmp was runsc's own
+// in-memory tmpfs; a 3 GB file in the emptyDir working directory got the pod evicted 12.7 s later.
 func TestDiskLimitFailsTheWriterNotTheSandbox(t *testing.T) {
 	ns := newTenant(t)
 	createSandbox(t, ns, "disk", func(s *airlockv1.Sandbox) { s.Spec.Size = airlockv1.SizeSmall })
