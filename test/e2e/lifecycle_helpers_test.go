@@ -6,10 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -18,14 +18,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// deletions records when each pod and NetworkPolicy of a namespace was deleted, as the API server's watch
-// reports it. The finalizer deletes the pod, waits until it is gone, and only then deletes the policy; the
-// garbage collector alone (a broken finalizer) deletes both at once, and the policy, which has no grace
-// period, goes first.
+// deletions records the etcd revision at which each pod and NetworkPolicy of a namespace was deleted, as the
+// API server's watch reports it (the resourceVersion of the DELETED event). Revisions order the deletes on
+// the server; the arrival times of two separate watch streams need not. The finalizer deletes the pod, waits
+// until it is gone, and only then deletes the policy; the garbage collector alone (a broken finalizer) deletes
+// both at once, and the policy, which has no grace period, goes first.
 type deletions struct {
 	mu       sync.Mutex
-	pods     map[string]time.Time
-	policies map[string]time.Time
+	pods     map[string]uint64
+	policies map[string]uint64
 	errs     []error
 }
 
@@ -36,7 +37,7 @@ func watchDeletions(t *testing.T, ns string) *deletions {
 		t.Fatalf("watch client: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &deletions{pods: map[string]time.Time{}, policies: map[string]time.Time{}}
+	d := &deletions{pods: map[string]uint64{}, policies: map[string]uint64{}}
 	var wg sync.WaitGroup
 	for _, l := range []client.ObjectList{&corev1.PodList{}, &networkingv1.NetworkPolicyList{}} {
 		w, err := wc.Watch(ctx, l, client.InNamespace(ns))
@@ -54,9 +55,9 @@ func watchDeletions(t *testing.T, ns string) *deletions {
 				d.mu.Lock()
 				switch o := ev.Object.(type) {
 				case *corev1.Pod:
-					d.pods[o.Name] = time.Now()
+					d.record(d.pods, o.Name, o.ResourceVersion)
 				case *networkingv1.NetworkPolicy:
-					d.policies[o.Name] = time.Now()
+					d.record(d.policies, o.Name, o.ResourceVersion)
 				default:
 					d.errs = append(d.errs, fmt.Errorf("unexpected watch object %T", ev.Object))
 				}
@@ -68,7 +69,17 @@ func watchDeletions(t *testing.T, ns string) *deletions {
 	return d
 }
 
-// podBeforePolicy checks, for name, that its pod's deletion was seen before its policy's.
+// record stores a delete's revision; mu is held.
+func (d *deletions) record(m map[string]uint64, name, rv string) {
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		d.errs = append(d.errs, fmt.Errorf("%s: resourceVersion %q is not an etcd revision: %w", name, rv, err))
+		return
+	}
+	m[name] = n
+}
+
+// podBeforePolicy checks, for name, that its pod was deleted (at an earlier revision) before its policy.
 func (d *deletions) podBeforePolicy(name string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -80,8 +91,8 @@ func (d *deletions) podBeforePolicy(name string) error {
 	switch {
 	case !okPod || !okNP:
 		return fmt.Errorf("%s: deletion not seen yet (pod %v, policy %v)", name, okPod, okNP)
-	case !pod.Before(np):
-		return fmt.Errorf("%s: policy deleted %s before its pod was gone", name, pod.Sub(np))
+	case pod >= np:
+		return fmt.Errorf("%s: policy deleted (revision %d) before its pod was gone (revision %d)", name, np, pod)
 	}
 	return nil
 }
