@@ -94,29 +94,25 @@ func TestSupervisorMemoryGuard(t *testing.T) {
 	}
 }
 
-// TestMemoryHeadroom measures, with the guard off, the largest usage seen inside before the host's OOM killer
-// ends the sandbox (gVisor) or the kernel kills the command (runc): limit minus that is the headroom the guard
-// needs. It ends a sandbox, so it runs only with AIRLOCK_E2E_MEASURE_MEMORY=1.
-func TestMemoryHeadroom(t *testing.T) {
-	if os.Getenv("AIRLOCK_E2E_MEASURE_MEMORY") != "1" {
-		t.Skip("set AIRLOCK_E2E_MEASURE_MEMORY=1 to measure")
-	}
-	restartManager(t, "--allow-unisolated-runtimes")
+// BenchmarkMemoryHeadroom measures, with the guard off, the largest usage seen inside before the host's OOM
+// killer ends the sandbox (gVisor) or the kernel kills the command (runc): limit minus that is the headroom the
+// guard needs. It ends a sandbox, so it is a measurement for `make bench-e2e`, not part of `make test`.
+func BenchmarkMemoryHeadroom(b *testing.B) {
+	restartManager(b, "--allow-unisolated-runtimes")
 	for name, tpl := range map[string]string{"gvisor": "python-node", "runc": "python-node-runc"} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ns := newTenant(t)
-			createSandbox(t, ns, "mem", withTemplate(tpl), func(s *airlockv1.Sandbox) {
+		b.Run(name, func(b *testing.B) {
+			ns := newTenant(b)
+			createSandbox(b, ns, "mem", withTemplate(tpl), func(s *airlockv1.Sandbox) {
 				s.Spec.Size = airlockv1.SizeSmall
 				s.Spec.Env = append(s.Spec.Env, airlockv1.EnvVar{Name: runwrap.MemoryGuardEnv, Value: "off"})
 			})
-			waitReady(t, ns, "mem")
+			waitReady(b, ns, "mem")
 			for _, step := range []string{"4", "16", "64"} {
-				res := sh(t, ns, "mem", "python3 -c '"+usageScript+"' "+step, 60*time.Second)
+				res := sh(b, ns, "mem", "python3 -c '"+usageScript+"' "+step, 60*time.Second)
 				lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
 				time.Sleep(2 * time.Second)
 				s, _ := getSandbox(ns, "mem")
-				t.Logf("%s steps of %s MiB: outcome=%s, first %q, last %q; sandbox %s", name, step, res.Outcome, lines[0], lines[len(lines)-1], describe(s))
+				b.Logf("%s steps of %s MiB: outcome=%s, first %q, last %q; sandbox %s", name, step, res.Outcome, lines[0], lines[len(lines)-1], describe(s))
 				if s == nil || s.Status.Phase != airlockv1.PhaseReady {
 					return
 				}
