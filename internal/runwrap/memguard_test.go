@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,10 +99,16 @@ func TestMemoryGuardKillsLargest(t *testing.T) {
 		return cmd, &errb
 	}
 	small, smallErr := start("sleep 2")
-	// ~64 MiB of shell string, then it waits: the largest tree by far.
-	big, bigErr := start("x=0123456789abcdef; i=0; while [ $i -lt 22 ]; do x=$x$x; i=$((i+1)); done; echo grown; sleep 30")
+	// ~64 MiB of shell string, then it waits: the largest tree by far. The fake usage is charged to that shell,
+	// so it drops once the shell is dead, as real usage would (else the guard would rightly go on killing).
+	bigPID := filepath.Join(dir, "big.pid")
+	big, bigErr := start("echo $$ >" + bigPID + "; x=0123456789abcdef; i=0; while [ $i -lt 22 ]; do x=$x$x; i=$((i+1)); done; echo grown; sleep 30")
 	time.Sleep(1500 * time.Millisecond)
-	if err := os.WriteFile(usage, []byte("995000000 1000000000"), 0o600); err != nil {
+	owner, err := os.ReadFile(bigPID)
+	if err != nil {
+		t.Fatalf("the big command did not record its pid: %v", err)
+	}
+	if err := os.WriteFile(usage, []byte("995000000 1000000000 "+strings.TrimSpace(string(owner))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()

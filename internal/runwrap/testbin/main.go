@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,8 +37,10 @@ func main() {
 	os.Exit(2)
 }
 
-// fakeMemPID1 is a supervisor whose memory guard reads "used limit" (bytes)
-// from path instead of the sandbox's memory, so a test decides when it fires.
+// fakeMemPID1 is a supervisor whose memory guard reads "used limit [pid]"
+// (bytes) from path instead of the sandbox's memory, so a test decides when it
+// fires. With a pid, the usage is that process's: once it has died (gone or a
+// zombie) it reads as 0, as the kernel frees a dead process's memory.
 func fakeMemPID1(path string) int {
 	sup := runwrap.NewSupervisor(os.Stderr)
 	ln, err := runwrap.Listen()
@@ -50,9 +53,14 @@ func fakeMemPID1(path string) int {
 	go func() { _ = sup.Serve(ln) }()
 	go sup.GuardMemory(runwrap.MemoryGuard{Headroom: 10 << 20, Interval: 20 * time.Millisecond, Usage: func() (runwrap.MemUsage, error) {
 		var u runwrap.MemUsage
+		var owner int
 		b, err := os.ReadFile(path)
 		if err == nil {
 			_, err = fmt.Sscan(string(b), &u.Used, &u.Limit)
+			_, _ = fmt.Sscan(strings.Join(strings.Fields(string(b))[min(2, len(strings.Fields(string(b)))):], " "), &owner)
+		}
+		if owner > 0 && !alive(owner) {
+			u.Used = 0
 		}
 		u.Source = "test"
 		return u, err
@@ -61,4 +69,14 @@ func fakeMemPID1(path string) int {
 		sup.Reap()
 	}
 	return 0
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(st), ')')
+	return i >= 0 && i+2 < len(st) && st[i+2] != 'Z' && st[i+2] != 'X'
 }
