@@ -39,6 +39,19 @@ func getPodAndPolicy(t *testing.T, c client.Client, ns, name string) (*corev1.Po
 const gvisorVerdict = "airlock-verdict/1 kernel=4.4.0 gvisor-marker=yes gate=refused target=10.123.0.1:10250 took=5ms"
 
 // markPodRunning plays the kubelet's part (envtest runs none): the init container (network gate) exited with
+// createReady creates s, waits for its pod and policy, plays the kubelet's part (the pod runs, the gate passed)
+// and waits until the sandbox is Ready.
+func createReady(t *testing.T, c client.Client, s *airlockv1.Sandbox) *corev1.Pod {
+	t.Helper()
+	g := NewWithT(t)
+	g.Expect(c.Create(context.Background(), s)).To(Succeed())
+	pod, _ := getPodAndPolicy(t, c, s.Namespace, s.Name)
+	markPodRunning(t, c, pod, 0)
+	g.Eventually(func() airlockv1.SandboxPhase { return getSandbox(t, c, s.Namespace, s.Name).Status.Phase }).
+		WithTimeout(waitLong).Should(Equal(airlockv1.PhaseReady))
+	return pod
+}
+
 // gateExit and the sandbox container runs, under gVisor.
 func markPodRunning(t *testing.T, c client.Client, pod *corev1.Pod, gateExit int32) {
 	t.Helper()
@@ -269,11 +282,7 @@ func TestIntegrationDeletionCleansUp(t *testing.T) {
 	startManager(t, managerOptions{})
 	ctx, g := context.Background(), NewWithT(t)
 	ns := newNamespace(t, c)
-	g.Expect(c.Create(ctx, makeSandbox(ns, "gone").image("img:1").obj())).To(Succeed())
-	pod, _ := getPodAndPolicy(t, c, ns, "gone")
-	markPodRunning(t, c, pod, 0)
-	g.Eventually(func() airlockv1.SandboxPhase { return getSandbox(t, c, ns, "gone").Status.Phase }).
-		WithTimeout(waitLong).Should(Equal(airlockv1.PhaseReady))
+	createReady(t, c, makeSandbox(ns, "gone").image("img:1").obj())
 
 	g.Expect(c.Delete(ctx, getSandbox(t, c, ns, "gone"))).To(Succeed())
 	g.Eventually(func() bool {
@@ -288,11 +297,7 @@ func TestIntegrationLostPodFailsSandboxWithoutReplacement(t *testing.T) {
 	startManager(t, managerOptions{})
 	ctx, g := context.Background(), NewWithT(t)
 	ns := newNamespace(t, c)
-	g.Expect(c.Create(ctx, makeSandbox(ns, "lost").image("img:1").obj())).To(Succeed())
-	pod, _ := getPodAndPolicy(t, c, ns, "lost")
-	markPodRunning(t, c, pod, 0)
-	g.Eventually(func() airlockv1.SandboxPhase { return getSandbox(t, c, ns, "lost").Status.Phase }).
-		WithTimeout(waitLong).Should(Equal(airlockv1.PhaseReady))
+	pod := createReady(t, c, makeSandbox(ns, "lost").image("img:1").obj())
 	uid := pod.UID
 
 	g.Expect(c.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
@@ -315,11 +320,7 @@ func TestIntegrationEvictedPodFailsSandboxWithItsReason(t *testing.T) {
 	startManager(t, managerOptions{})
 	ctx, g := context.Background(), NewWithT(t)
 	ns := newNamespace(t, c)
-	g.Expect(c.Create(ctx, makeSandbox(ns, "ev").image("img:1").obj())).To(Succeed())
-	pod, _ := getPodAndPolicy(t, c, ns, "ev")
-	markPodRunning(t, c, pod, 0)
-	g.Eventually(func() airlockv1.SandboxPhase { return getSandbox(t, c, ns, "ev").Status.Phase }).
-		WithTimeout(waitLong).Should(Equal(airlockv1.PhaseReady))
+	pod := createReady(t, c, makeSandbox(ns, "ev").image("img:1").obj())
 
 	// What the kubelet writes when it evicts the pod. The killed container's own status says only how it ended,
 	// which is what the Sandbox said before the pod's reason came first.

@@ -25,11 +25,7 @@ func TestIntegrationTTLExpiryDeletesSandbox(t *testing.T) {
 	startManager(t, managerOptions{clock: clk})
 	ctx, g := context.Background(), NewWithT(t)
 	ns := newNamespace(t, c)
-	g.Expect(c.Create(ctx, makeSandbox(ns, "short").image("img:1").timeout(30*time.Minute).obj())).To(Succeed())
-	pod, _ := getPodAndPolicy(t, c, ns, "short")
-	markPodRunning(t, c, pod, 0)
-	g.Eventually(func() airlockv1.SandboxPhase { return getSandbox(t, c, ns, "short").Status.Phase }).
-		WithTimeout(waitLong).Should(Equal(airlockv1.PhaseReady))
+	createReady(t, c, makeSandbox(ns, "short").image("img:1").timeout(30*time.Minute).obj())
 	expires := getSandbox(t, c, ns, "short").Status.ExpiresAt
 	g.Expect(expires).NotTo(BeNil())
 
