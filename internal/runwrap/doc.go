@@ -23,9 +23,10 @@
 //     way unless KeepLeftovers is set.
 //   - The command only holds pipes to its keeper, which tees them into
 //     numbered files and the exec stream and then writes the trailer (see
-//     Trailer) as the last bytes of stderr. If the command kills its keeper,
-//     the Supervisor adopts the orphaned tree, kills it at the deadline and
-//     writes the trailer itself. It keeps recent outcomes by id, which
+//     Trailer) as the last bytes of stderr. The Supervisor creates those
+//     pipes and keeps their read ends: if the command kills its keeper, the
+//     Supervisor adopts the orphaned tree, forwards its further output, kills
+//     it at the deadline and writes the trailer itself. It keeps recent outcomes by id, which
 //     `airlock-init status` (StatusMain) reads back after a lost stream.
 //   - PID 1's memory guard (MemoryGuard) polls the sandbox's memory and,
 //     near the limit, SIGKILLs the largest command tree by RSS (through its

@@ -57,6 +57,12 @@ func keeperMain() int {
 		fmt.Fprintf(os.Stderr, "airlock-init keeper: receive run: %v (%d descriptors)\n", err, len(files))
 		return ExitWrapperError
 	}
+	var op Request
+	pipes, err := recvFrameFiles(ctl, &op, 4)
+	if err != nil || op.Op != opPipes || len(pipes) != 4 {
+		fmt.Fprintf(os.Stderr, "airlock-init keeper: receive output pipes: %v (%d descriptors)\n", err, len(pipes))
+		return ExitWrapperError
+	}
 	// The exec stream becomes our stdio, so the output code below is the
 	// same whether or not a supervisor sits in between.
 	for i, target := range []int{1, 2, 0} {
@@ -68,7 +74,7 @@ func keeperMain() int {
 			_ = files[i].Close()
 		}
 	}
-	s := &supervisor{cfg: cfg, killReq: make(chan struct{}, 1)}
+	s := &supervisor{cfg: cfg, killReq: make(chan struct{}, 1), pipes: pipes}
 	s.stdout = newStreamOut(1, "stdout")
 	s.stderr = newStreamOut(2, "stderr")
 	t, code := s.run(ctl)

@@ -28,6 +28,9 @@ const (
 	// opMemoryKill, from PID 1 to a keeper: the memory guard chose this run;
 	// kill the command now and say so in the trailer.
 	opMemoryKill = "memory_kill"
+	// opPipes, from PID 1 to a keeper right after the run: the command's
+	// output pipes (read and write ends of stdout, then of stderr).
+	opPipes = "pipes"
 )
 
 // Request is what a client hands the supervisor. For OpRun, Config is the

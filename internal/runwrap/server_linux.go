@@ -38,7 +38,13 @@ type run struct {
 	cfg     Config
 	start   time.Time
 	ctl     *net.UnixConn // to the keeper
-	stderr  *os.File      // the exec stream, for the trailer if the keeper is killed
+	stdout  *os.File      // the exec stream, for the output and the trailer if the keeper is killed
+	stderr  *os.File
+	stdin   *os.File // nil when the run has no stdin
+	// outR and errR are our copies of the read ends of the command's output
+	// pipes: while they are open a killed keeper does not turn the command's
+	// next write into SIGPIPE, and we forward what the command writes after.
+	outR, errR *os.File
 	ended   chan struct{}
 	cancel  chan struct{}
 	cancelO sync.Once
@@ -151,7 +157,7 @@ func (s *Supervisor) serveRun(c *net.UnixConn, req *Request, files []*os.File) {
 		_ = WriteFrame(c, &Reply{Error: fmt.Sprintf("bad run request: %v (%d descriptors)", err, len(files))})
 		return
 	}
-	r := &run{cfg: req.Config, start: time.Now(), stderr: files[1], ended: make(chan struct{}), cancel: make(chan struct{})}
+	r := &run{cfg: req.Config, start: time.Now(), stdout: files[0], stderr: files[1], ended: make(chan struct{}), cancel: make(chan struct{})}
 	s.mu.Lock()
 	_, dup := s.runs[r.cfg.ID]
 	if !dup {
@@ -161,6 +167,9 @@ func (s *Supervisor) serveRun(c *net.UnixConn, req *Request, files []*os.File) {
 	if dup {
 		_ = WriteFrame(c, &Reply{Error: "duplicate run id"})
 		return
+	}
+	if len(files) > 2 {
+		r.stdin = files[2]
 	}
 	s.execute(r, files)
 	_ = WriteFrame(c, &r.reply)
@@ -196,6 +205,7 @@ func (s *Supervisor) execute(r *run, files []*os.File) {
 	var rep Reply
 	if err := ReadFrame(r.ctl, &rep); err == nil && rep.Trailer != nil {
 		_ = r.ctl.Close()
+		closeAll([]*os.File{r.outR, r.errR}) // a kept leftover's writes fail as they would without us
 		s.adoptOrphans(r.cfg.KeepLeftovers) // what the keeper left: kept on purpose
 		rep.Known = true
 		r.reply = rep
@@ -203,6 +213,7 @@ func (s *Supervisor) execute(r *run, files []*os.File) {
 	}
 	_ = r.ctl.Close()
 	s.keeperKilled(r, ws)
+	closeAll([]*os.File{r.outR, r.errR})
 }
 
 // startKeeper starts r's keeper and hands it the run over a socket pair: the
@@ -242,10 +253,28 @@ func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitS
 		return nil, fmt.Errorf("start keeper: %w", err)
 	}
 	_ = p.Release() // Reap waits for it
-	if err := sendFrameFiles(r.ctl, &r.cfg, files); err != nil {
+	if err := s.sendRun(r, files); err != nil {
+		fmt.Fprintf(s.log, "airlock-init pid1: run %s: %v\n", r.cfg.ID, err)
 		_ = syscall.Kill(p.Pid, syscall.SIGKILL)
 	}
 	return ch, nil
+}
+
+// sendRun hands the keeper its run: the request with the stream, then the
+// command's output pipes, whose read ends we keep a copy of.
+func (s *Supervisor) sendRun(r *run, files []*os.File) error {
+	if err := sendFrameFiles(r.ctl, &r.cfg, files); err != nil {
+		return err
+	}
+	outR, outW, err1 := os.Pipe()
+	errR, errW, err2 := os.Pipe()
+	if err := errors.Join(err1, err2); err != nil {
+		closeAll([]*os.File{outR, outW, errR, errW})
+		return fmt.Errorf("output pipes: %w", err)
+	}
+	defer closeAll([]*os.File{outW, errW})
+	r.outR, r.errR = outR, errR
+	return sendFrameFiles(r.ctl, &Request{Op: opPipes}, []*os.File{outR, outW, errR, errW})
 }
 
 // adoptOrphans claims the direct children that no run owns yet, and returns
@@ -275,6 +304,7 @@ func (s *Supervisor) keeperKilled(r *run, ws syscall.WaitStatus) {
 	r.orphans = roots
 	s.mu.Unlock()
 	fmt.Fprintf(s.log, "airlock-init pid1: run %s: keeper died (%v); supervising %d orphaned processes\n", r.cfg.ID, ws, len(roots))
+	fwd := startForward(r)
 	var deadline <-chan time.Time
 	if r.cfg.Timeout > 0 {
 		tm := time.NewTimer(time.Until(r.start.Add(r.cfg.Timeout)))
@@ -294,22 +324,30 @@ wait:
 		case <-r.cancel:
 			lost = true
 			break wait
+		case <-fwd.over:
+			t.OutputLimit = true
+			break wait
+		case <-fwd.lost:
+			lost = true
+			break wait
 		case <-tick.C:
 		}
 	}
 	if p := r.oomGuard.Load(); p != nil && !t.TimedOut && !lost {
 		t.Signal, t.OOMGuard = "SIGKILL", *p
-	} else if t.TimedOut || lost {
+	} else if t.TimedOut || lost || t.OutputLimit {
 		t.Signal, t.StreamLost = "SIGKILL", lost
 		s.killRoots(roots, r.cfg.Grace)
 	} else {
 		t.StartError = "the command killed its supervisor; its exit status is unknown"
 	}
+	t.StdoutBytes, t.StderrBytes = fwd.finish(drainTimeout)
 	t.DurationMS = time.Since(r.start).Milliseconds()
 	t.V = TrailerVersion
 	if !lost {
 		s.writeTrailer(r, t)
 	}
+	closeAll(fwd.dsts)
 	r.reply = Reply{Known: true, Done: true, Trailer: &t, Code: clientCode(t)}
 }
 

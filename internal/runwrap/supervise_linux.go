@@ -1,7 +1,6 @@
 package runwrap
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -25,6 +24,9 @@ const (
 type supervisor struct {
 	cfg   Config
 	files *outFiles
+	// pipes are the command's output pipes from PID 1: stdout's read and
+	// write ends, then stderr's.
+	pipes []*os.File
 
 	stdout, stderr *streamOut
 
@@ -71,11 +73,7 @@ func (s *supervisor) run(ctl *net.UnixConn) (Trailer, int) {
 	}
 	oomBefore := oomKillCount()
 
-	outR, outW, err1 := os.Pipe()
-	errR, errW, err2 := os.Pipe()
-	if err := errors.Join(err1, err2); err != nil {
-		return s.wrapperError(fmt.Errorf("output pipes: %w", err))
-	}
+	outR, outW, errR, errW := s.pipes[0], s.pipes[1], s.pipes[2], s.pipes[3]
 	for _, f := range []*os.File{outR, errR, s.stdout.f, s.stderr.f} {
 		growPipe(f)
 	}

@@ -118,6 +118,40 @@ func TestKeeperKilledDeadlineHolds(t *testing.T) {
 	}
 }
 
+// After its keeper is killed the command keeps writing: PID 1 holds the
+// output pipes, so the next write is no SIGPIPE; it forwards the output, and
+// the deadline still holds.
+func TestKeeperKilledOutputFlows(t *testing.T) {
+	s := sleepers.Unique(t)
+	cfg, err := ParseArgs([]string{"--nonce", testNonce, "--out-dir", t.TempDir(), "--timeout", "1500ms", "--grace", "200ms",
+		"--shell", "sleep " + s + "; echo after; sleep " + s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := execCmd(t, cfg)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sleepers.WaitCount(t, s, 1)
+	if err := syscall.Kill(keeperOf(t, s), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range sleepers.List(s) { // the shell goes on to write
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = cmd.Wait()
+	_, tr := splitTrailer(t, stderr.String())
+	if tr == nil || !tr.TimedOut || tr.StartError != "" {
+		t.Fatalf("want a timeout trailer from the supervisor, got %q", stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "after\n") || tr.StdoutBytes != int64(len("after\n")) {
+		t.Fatalf("output written after the keeper died: %q (trailer says %d bytes)", stdout.String(), tr.StdoutBytes)
+	}
+	sleepers.WaitNone(t, s, time.Second)
+}
+
 // Cancel (the engine lost its stream) kills a running command at once.
 func TestStatusCancelKillsTree(t *testing.T) {
 	s := sleepers.Unique(t)

@@ -44,13 +44,17 @@ func TestSupervisorDeadlineHoldsWhateverTheCommandDoes(t *testing.T) {
 	}
 	noProcess(t, ns, "sup", "sleep 1001")
 
-	// The same with the command's output flowing: its keeper dies, PID 1 finishes the run.
+	// The same with the command's output flowing: its keeper dies, PID 1 holds the output pipes (no SIGPIPE
+	// for the next write), forwards what follows and finishes the run.
 	start = time.Now()
-	res = sh(t, ns, "sup", "echo before; kill -9 -1; echo after; sleep 1003", 3*time.Second)
+	res = sh(t, ns, "sup", "echo before; kill -9 -1; sleep 0.5; echo after; sleep 1003", 3*time.Second)
 	took = time.Since(start)
 	t.Logf("with output: outcome=%s stdout=%q in %v", res.Outcome, res.Stdout, took)
 	if res.Outcome != airlockexec.OutcomeTimeout || took > 3*time.Second+grace+slack {
 		t.Fatalf("want outcome timeout within 3s + grace, got %+v in %v", res, took)
+	}
+	if !strings.Contains(res.Stdout, "after\n") {
+		t.Fatalf("output written after the keeper died is missing: %q", res.Stdout)
 	}
 	noProcess(t, ns, "sup", "sleep 1003")
 }
