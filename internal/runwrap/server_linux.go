@@ -35,20 +35,20 @@ type Supervisor struct {
 }
 
 type run struct {
-	cfg     Config
-	start   time.Time
-	ctl     *net.UnixConn // to the keeper
-	stdout  *os.File      // the exec stream, for the output and the trailer if the keeper is killed
-	stderr  *os.File
-	stdin   *os.File // nil when the run has no stdin
+	cfg    Config
+	start  time.Time
+	ctl    *net.UnixConn // to the keeper
+	stdout *os.File      // the exec stream, for the output and the trailer if the keeper is killed
+	stderr *os.File
+	stdin  *os.File // nil when the run has no stdin
 	// outR and errR are our copies of the read ends of the command's output
 	// pipes: while they are open a killed keeper does not turn the command's
 	// next write into SIGPIPE, and we forward what the command writes after.
 	outR, errR *os.File
-	ended   chan struct{}
-	cancel  chan struct{}
-	cancelO sync.Once
-	reply   Reply
+	ended      chan struct{}
+	cancel     chan struct{}
+	cancelO    sync.Once
+	reply      Reply
 	// keeper is the keeper's pid; orphans, once it died, the roots PID 1
 	// adopted (both under Supervisor.mu). oomGuard is set when the memory
 	// guard killed the command.
@@ -206,7 +206,7 @@ func (s *Supervisor) execute(r *run, files []*os.File) {
 	if err := ReadFrame(r.ctl, &rep); err == nil && rep.Trailer != nil {
 		_ = r.ctl.Close()
 		closeAll([]*os.File{r.outR, r.errR}) // a kept leftover's writes fail as they would without us
-		s.adoptOrphans(r.cfg.KeepLeftovers) // what the keeper left: kept on purpose
+		s.adoptOrphans(r.cfg.KeepLeftovers)  // what the keeper left: kept on purpose
 		rep.Known = true
 		r.reply = rep
 		return
