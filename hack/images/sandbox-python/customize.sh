@@ -20,3 +20,6 @@ CFG
 # manager sizes per sandbox (docs/runtimes.md). A dot file: hack/images.sh empties /tmp/* when trimming.
 chmod 1777 /tmp
 echo "/tmp is on the sandbox's disk, not in memory: see Airlock's docs/runtimes.md" >/tmp/.airlock-disk
+# Code written for other sandboxes uses /workspace: make it the working directory (the pod mounts its volume
+# at /home/sandbox), so both paths name the same files and count against the same disk limit.
+ln -s "/home/${SANDBOX_USER}" /workspace
