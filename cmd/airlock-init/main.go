@@ -6,6 +6,7 @@
 //	        command before the sandbox runs out of memory (env AIRLOCK_MEMORY_GUARD: headroom in MiB, or off)
 //	exec    (each exec) hand the request on stdin to pid1, which runs the command and writes its output
 //	status  (after a lost exec) read a run's outcome back from pid1
+//	ctl     list background processes, read their output, write their stdin, signal or kill them
 package main
 
 import (
@@ -25,6 +26,7 @@ Commands:
           (default 160; off disables it)
   exec    run one command through pid1; the request is a frame on stdin, never in argv
   status  print the outcome of a run (request frame on stdin)
+  ctl     list, read output of, write stdin to, signal or kill runs (request frame on stdin)
 `
 
 func main() {
@@ -44,8 +46,8 @@ func main() {
 		os.Exit(initproc.PID1(args, os.Stderr))
 	case "exec":
 		os.Exit(runwrap.ExecMain(args))
-	case "status":
-		os.Exit(runwrap.StatusMain(args))
+	case "status", "ctl":
+		os.Exit(runwrap.ControlMain(os.Args[1], args))
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	default:

@@ -2,7 +2,6 @@ package runwrap
 
 import (
 	"fmt"
-
 	"net"
 	"os"
 	"time"
@@ -38,6 +37,10 @@ func ExecMain(args []string) int {
 		return wrapperFailed(req.Nonce, os.Stderr, err)
 	}
 	defer c.Close()
+	if req.Background {
+		// PID 1 answers once the command started; the reply is our output.
+		return relay(c, &req, "exec")
+	}
 	files := []*os.File{os.Stdout, os.Stderr}
 	if !req.NoStdin {
 		files = append(files, os.Stdin)
@@ -58,32 +61,46 @@ func ExecMain(args []string) int {
 	return rep.Code
 }
 
-// StatusMain is `airlock-init status`: the request frame on stdin names a
-// run (id, wait, cancel); the supervisor's Reply is printed on stdout as JSON.
-func StatusMain(args []string) int {
+// ControlMain is `airlock-init status` and `airlock-init ctl`: the request
+// frame on stdin asks about known runs (status, or for ctl the frame's op:
+// list, output, stdin, signal, kill); the supervisor's Reply is printed on
+// stdout as a frame.
+func ControlMain(name string, args []string) int {
 	if len(args) != 0 {
-		fmt.Fprintln(os.Stderr, "airlock-init status: takes no arguments (the request comes on stdin)")
+		fmt.Fprintf(os.Stderr, "airlock-init %s: takes no arguments (the request comes on stdin)\n", name)
 		return 2
 	}
 	var req Request
 	if err := ReadFrame(os.Stdin, &req); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock-init status: read request: %v\n", err)
+		fmt.Fprintf(os.Stderr, "airlock-init %s: read request: %v\n", name, err)
 		return 2
 	}
-	req.Op = OpStatus
+	switch {
+	case name == "status":
+		req.Op = OpStatus
+	case req.Op == OpStatus, req.Op == OpList, req.Op == OpOutput, req.Op == OpStdin, req.Op == OpSignal, req.Op == OpKill:
+	default:
+		fmt.Fprintf(os.Stderr, "airlock-init %s: unknown op %q\n", name, req.Op)
+		return 2
+	}
 	c, err := dialSupervisor()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "airlock-init status: %v\n", err)
+		fmt.Fprintf(os.Stderr, "airlock-init %s: %v\n", name, err)
 		return ExitWrapperError
 	}
 	defer c.Close()
-	if err := sendFrameFiles(c, &req, nil); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock-init status: %v\n", err)
+	return relay(c, &req, name)
+}
+
+// relay sends req to the supervisor and prints its reply on stdout.
+func relay(c *net.UnixConn, req *Request, name string) int {
+	if err := sendFrameFiles(c, req, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-init %s: %v\n", name, err)
 		return ExitWrapperError
 	}
 	var rep Reply
 	if err := ReadFrame(c, &rep); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock-init status: %v\n", err)
+		fmt.Fprintf(os.Stderr, "airlock-init %s: %v\n", name, err)
 		return ExitWrapperError
 	}
 	if err := WriteFrame(os.Stdout, &rep); err != nil {

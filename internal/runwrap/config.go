@@ -35,6 +35,11 @@ type Config struct {
 	Keep          int           `json:"keep"`
 	MaxOutput     int64         `json:"max_output,omitempty"`
 	KeepLeftovers bool          `json:"keep_leftovers,omitempty"`
+	// Background: PID 1 answers as soon as the command started; its output
+	// goes to files only, its stdin is a pipe OpStdin writes to, and the
+	// outcome is read back with OpStatus. Timeout 0 means none (the
+	// sandbox's own expiry still ends it).
+	Background bool `json:"background,omitempty"`
 }
 
 var nonceRE = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)

@@ -25,9 +25,18 @@ const (
 const (
 	OpRun    = "run"
 	OpStatus = "status"
+	// Background processes (Config.Background): list runs, read a run's
+	// output from byte offsets, write to its stdin, signal or kill its tree.
+	OpList   = "list"
+	OpOutput = "output"
+	OpStdin  = "stdin"
+	OpSignal = "signal"
+	OpKill   = "kill"
 	// opMemoryKill, from PID 1 to a keeper: the memory guard chose this run;
 	// kill the command now and say so in the trailer.
 	opMemoryKill = "memory_kill"
+	// opCancel, from PID 1 to a keeper: the engine lost the stream.
+	opCancel = "cancel"
 	// opPipes, from PID 1 to a keeper right after the run: the command's
 	// output pipes (read and write ends of stdout, then of stderr).
 	opPipes = "pipes"
@@ -45,6 +54,16 @@ type Request struct {
 	Cancel bool `json:"cancel,omitempty"`
 	// Reason, for opMemoryKill, goes into Trailer.OOMGuard.
 	Reason string `json:"reason,omitempty"`
+	// StdoutOffset, StderrOffset and Limit, for OpOutput: where to start
+	// reading each stream's file and how many bytes of each to return.
+	StdoutOffset int64 `json:"stdout_offset,omitempty"`
+	StderrOffset int64 `json:"stderr_offset,omitempty"`
+	Limit        int   `json:"limit,omitempty"`
+	// Data, for OpStdin, is written to the command's stdin; EOF then closes it.
+	Data []byte `json:"data,omitempty"`
+	EOF  bool   `json:"eof,omitempty"`
+	// Signal, for OpSignal (and from PID 1 to a keeper), names the signal.
+	Signal string `json:"signal,omitempty"`
 }
 
 // Reply is the supervisor's answer to a client.
@@ -58,6 +77,38 @@ type Reply struct {
 	Trailer *Trailer `json:"trailer,omitempty"`
 	// Code is the exit code the client should exit with.
 	Code int `json:"code"`
+	// Process describes the run (OpRun with Background, OpStatus, OpOutput,
+	// and from a keeper to PID 1 once the command started).
+	Process *ProcInfo `json:"process,omitempty"`
+	// Processes, for OpList, are the runs PID 1 knows, oldest first.
+	Processes []ProcInfo `json:"processes,omitempty"`
+	// Output, for OpOutput.
+	Output *Output `json:"output,omitempty"`
+}
+
+// ProcInfo is a run as PID 1's registry knows it.
+type ProcInfo struct {
+	ID         string    `json:"id"`
+	Command    []string  `json:"command"`
+	Background bool      `json:"background,omitempty"`
+	PID        int       `json:"pid,omitempty"`
+	Running    bool      `json:"running"`
+	StartedAt  time.Time `json:"started_at"`
+	EndedAt    time.Time `json:"ended_at,omitzero"`
+	StdoutPath string    `json:"stdout_path,omitempty"`
+	StderrPath string    `json:"stderr_path,omitempty"`
+	// Trailer is the outcome once the run ended.
+	Trailer *Trailer `json:"trailer,omitempty"`
+}
+
+// Output is what OpOutput read: each stream's bytes from the requested
+// offset, and the file's size at the time (the offset to ask for next is
+// offset + len(bytes)).
+type Output struct {
+	Stdout     []byte `json:"stdout"`
+	Stderr     []byte `json:"stderr"`
+	StdoutSize int64  `json:"stdout_size"`
+	StderrSize int64  `json:"stderr_size"`
 }
 
 // WriteFrame writes v as one frame.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -55,6 +56,18 @@ type run struct {
 	keeper   int
 	orphans  []int
 	oomGuard atomic.Pointer[string]
+	// info is what the registry tells about the run (under Supervisor.mu);
+	// started is closed once the keeper reported the command started, or
+	// the run ended without it.
+	info    ProcInfo
+	started chan struct{}
+	// stdinW is a background run's stdin (OpStdin writes to it); killed
+	// records an OpKill.
+	stdinMu sync.Mutex
+	stdinW  *os.File
+	// kill is closed by OpKill.
+	kill  chan struct{}
+	killO sync.Once
 }
 
 // NewSupervisor returns a supervisor; log receives its own diagnostics.
@@ -145,6 +158,9 @@ func (s *Supervisor) serve(c *net.UnixConn) {
 	case OpStatus:
 		closeAll(files)
 		_ = WriteFrame(c, s.status(&req))
+	case OpList, OpOutput, OpStdin, OpSignal, OpKill:
+		closeAll(files)
+		_ = WriteFrame(c, s.control(&req))
 	default:
 		closeAll(files)
 		_ = WriteFrame(c, &Reply{Error: fmt.Sprintf("unknown op %q", req.Op)})
@@ -152,31 +168,109 @@ func (s *Supervisor) serve(c *net.UnixConn) {
 }
 
 func (s *Supervisor) serveRun(c *net.UnixConn, req *Request, files []*os.File) {
-	defer closeAll(files)
+	if req.Background {
+		closeAll(files) // a background run has no stream: its output goes to files
+		var err error
+		if files, err = s.backgroundStdio(req); err != nil {
+			_ = WriteFrame(c, &Reply{Error: err.Error()})
+			return
+		}
+	}
+	defer func() { closeAll(files) }()
 	if err := req.validate(); err != nil || len(files) < 2 {
 		_ = WriteFrame(c, &Reply{Error: fmt.Sprintf("bad run request: %v (%d descriptors)", err, len(files))})
 		return
 	}
-	r := &run{cfg: req.Config, start: time.Now(), stdout: files[0], stderr: files[1], ended: make(chan struct{}), cancel: make(chan struct{})}
-	s.mu.Lock()
-	_, dup := s.runs[r.cfg.ID]
-	if !dup {
-		s.runs[r.cfg.ID] = r
-	}
-	s.mu.Unlock()
-	if dup {
-		_ = WriteFrame(c, &Reply{Error: "duplicate run id"})
-		return
-	}
+	r := &run{cfg: req.Config, start: time.Now(), stdout: files[0], stderr: files[1], ended: make(chan struct{}),
+		cancel: make(chan struct{}), started: make(chan struct{}), kill: make(chan struct{})}
+	r.info = ProcInfo{ID: r.cfg.ID, Command: r.cfg.command(), Background: r.cfg.Background, Running: true, StartedAt: r.start}
 	if len(files) > 2 {
 		r.stdin = files[2]
 	}
-	s.execute(r, files)
-	_ = WriteFrame(c, &r.reply)
+	if req.Background {
+		r.stdinW = files[3]
+		files = files[:3]
+	}
+	if e := s.register(r); e != "" {
+		closeAll([]*os.File{r.stdinW})
+		_ = WriteFrame(c, &Reply{Error: e})
+		return
+	}
+	if !req.Background {
+		s.execute(r, files)
+		_ = WriteFrame(c, &r.reply)
+		return
+	}
+	go s.execute(r, files)
+	<-r.started
+	s.mu.Lock()
+	info := r.info
+	s.mu.Unlock()
+	if !info.Running {
+		_ = WriteFrame(c, &r.reply) // it could not start: the outcome says why
+		return
+	}
+	_ = WriteFrame(c, &Reply{Known: true, Process: &info})
+	files = nil // the run owns them now; execute closes them
+}
+
+// maxBackground bounds the background runs alive at once: each holds files
+// and a keeper, and their output files must outlive rotation (DefaultKeep).
+const maxBackground = 16
+
+// register adds r to the registry; it returns why not.
+func (s *Supervisor) register(r *run) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.runs[r.cfg.ID]; dup {
+		return "duplicate run id"
+	}
+	if r.cfg.Background {
+		n := 0
+		for _, o := range s.runs {
+			if o.cfg.Background && o.info.Running {
+				n++
+			}
+		}
+		if n >= maxBackground {
+			return fmt.Sprintf("too many background processes (%d are running; kill one first)", n)
+		}
+	}
+	s.runs[r.cfg.ID] = r
+	return ""
+}
+
+// backgroundStdio is a background run's descriptors: /dev/null for the
+// stream (the keeper still writes its trailer there), and a stdin pipe whose
+// write end (the fourth file) stays with us for OpStdin. Its output goes
+// under <out dir>/background, apart from the foreground runs' rotation.
+func (s *Supervisor) backgroundStdio(req *Request) ([]*os.File, error) {
+	base := req.OutDir
+	if base == "" {
+		base = defaultOutDir()
+	}
+	req.OutDir = filepath.Join(base, "background")
+	out, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+	}
+	errOut, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		_ = out.Close()
+		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		closeAll([]*os.File{out, errOut})
+		return nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	req.NoStdin = false
+	return []*os.File{out, errOut, inR, inW}, nil
 }
 
 // execute runs r to its end and records the outcome.
 func (s *Supervisor) execute(r *run, files []*os.File) {
+	startedOnce := sync.OnceFunc(func() { close(r.started) })
 	defer func() {
 		s.mu.Lock()
 		s.done = append(s.done, r.cfg.ID)
@@ -184,7 +278,13 @@ func (s *Supervisor) execute(r *run, files []*os.File) {
 			delete(s.runs, s.done[0])
 			s.done = s.done[1:]
 		}
+		r.info.Running, r.info.EndedAt, r.info.Trailer = false, time.Now(), r.reply.Trailer
 		s.mu.Unlock()
+		r.closeStdin()
+		if r.cfg.Background {
+			closeAll(files) // the client went long ago
+		}
+		startedOnce()
 		close(r.ended)
 	}()
 	exited, err := s.startKeeper(r, files)
@@ -197,13 +297,24 @@ func (s *Supervisor) execute(r *run, files []*os.File) {
 	go func() {
 		select {
 		case <-r.cancel:
-			_ = WriteFrame(r.ctl, &Request{Op: "cancel"})
+			_ = WriteFrame(r.ctl, &Request{Op: opCancel})
 		case <-r.ended:
 		}
 	}()
-	ws := <-exited
+	// The keeper's first frame says the command started (or is already its
+	// final reply, when it could not start).
 	var rep Reply
-	if err := ReadFrame(r.ctl, &rep); err == nil && rep.Trailer != nil {
+	first := ReadFrame(r.ctl, &rep)
+	if first == nil && rep.Trailer == nil && rep.Process != nil {
+		s.mu.Lock()
+		r.info.PID, r.info.StdoutPath, r.info.StderrPath = rep.Process.PID, rep.Process.StdoutPath, rep.Process.StderrPath
+		s.mu.Unlock()
+		startedOnce()
+		rep = Reply{}
+		first = ReadFrame(r.ctl, &rep)
+	}
+	ws := <-exited
+	if first == nil && rep.Trailer != nil {
 		_ = r.ctl.Close()
 		closeAll([]*os.File{r.outR, r.errR}) // a kept leftover's writes fail as they would without us
 		s.adoptOrphans(r.cfg.KeepLeftovers)  // what the keeper left: kept on purpose
@@ -324,6 +435,9 @@ wait:
 		case <-r.cancel:
 			lost = true
 			break wait
+		case <-r.kill:
+			t.Killed = true
+			break wait
 		case <-fwd.over:
 			t.OutputLimit = true
 			break wait
@@ -335,7 +449,7 @@ wait:
 	}
 	if p := r.oomGuard.Load(); p != nil && !t.TimedOut && !lost {
 		t.Signal, t.OOMGuard = "SIGKILL", *p
-	} else if t.TimedOut || lost || t.OutputLimit {
+	} else if t.TimedOut || lost || t.OutputLimit || t.Killed {
 		t.Signal, t.StreamLost = "SIGKILL", lost
 		s.killRoots(roots, r.cfg.Grace)
 	} else {

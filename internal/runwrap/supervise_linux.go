@@ -37,6 +37,7 @@ type supervisor struct {
 	oomGuard    atomic.Pointer[string]
 	pgid        atomic.Int64
 	fileErr     atomic.Pointer[string]
+	killed      atomic.Bool // OpKill asked for it
 	killReq     chan struct{}
 	killOnce    sync.Once
 }
@@ -84,6 +85,15 @@ func (s *supervisor) run(ctl *net.UnixConn) (Trailer, int) {
 	_ = outW.Close()
 	_ = errW.Close()
 	begin := time.Now()
+	if startErr == nil {
+		// PID 1 learns the command's pid and files now (a background run's
+		// caller gets them at once); the final reply follows at the end.
+		info := &ProcInfo{PID: cmd.Process.Pid}
+		if s.files != nil {
+			info.StdoutPath, info.StderrPath = s.files.path("stdout"), s.files.path("stderr")
+		}
+		_ = WriteFrame(ctl, &Reply{Process: info})
+	}
 
 	var wg sync.WaitGroup
 	var outFile, errFile *os.File
@@ -162,7 +172,8 @@ loop:
 	s.waitCopiers(wg, outR, errR, drain)
 	t.TimedOut = s.timedOut.Load()
 	t.OutputLimit = s.outputLimit.Load()
-	t.StreamLost = s.streamLost.Load() && !t.TimedOut
+	t.Killed = s.killed.Load() && !t.TimedOut
+	t.StreamLost = s.streamLost.Load() && !t.TimedOut && !t.Killed
 	if p := s.oomGuard.Load(); p != nil {
 		t.OOMGuard = *p
 	}
@@ -189,8 +200,19 @@ func (s *supervisor) waitCopiers(wg *sync.WaitGroup, outR, errR *os.File, d time
 func (s *supervisor) watchControl(ctl *net.UnixConn) {
 	for {
 		var req Request
-		if err := ReadFrame(ctl, &req); err == nil && req.Op == opMemoryKill {
+		err := ReadFrame(ctl, &req)
+		switch {
+		case err == nil && req.Op == opMemoryKill:
 			s.memoryKill(req.Reason)
+			continue
+		case err == nil && req.Op == OpSignal:
+			if sig := signalNumber(req.Signal); sig != 0 {
+				signalTree(os.Getpid(), int(s.pgid.Load()), sig)
+			}
+			continue
+		case err == nil && req.Op == OpKill:
+			s.killed.Store(true)
+			s.requestKill()
 			continue
 		}
 		s.streamLost.Store(true)

@@ -49,7 +49,9 @@ type Trailer struct {
 	StreamLost bool `json:"stream_lost,omitempty"`
 	// OOMGuard, when set, says why PID 1's memory guard SIGKILLed the command
 	// (the sandbox neared its memory limit and this was the largest tree).
-	OOMGuard   string `json:"oom_guard,omitempty"`
+	OOMGuard string `json:"oom_guard,omitempty"`
+	// Killed: the tree was killed on request (OpKill).
+	Killed     bool   `json:"killed,omitempty"`
 	StartError string `json:"start_error,omitempty"`
 	FileError  string `json:"file_error,omitempty"`
 	// WrapperError means the wrapper itself failed; the fields above may then

@@ -20,7 +20,7 @@ func main() {
 		os.Exit(code)
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testbin pid1|exec|status")
+		fmt.Fprintln(os.Stderr, "usage: testbin pid1|exec|status|ctl")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -30,8 +30,8 @@ func main() {
 		os.Exit(fakeMemPID1(os.Args[2]))
 	case "exec":
 		os.Exit(runwrap.ExecMain(os.Args[2:]))
-	case "status":
-		os.Exit(runwrap.StatusMain(os.Args[2:]))
+	case "status", "ctl":
+		os.Exit(runwrap.ControlMain(os.Args[1], os.Args[2:]))
 	}
 	fmt.Fprintf(os.Stderr, "testbin: unknown command %q\n", os.Args[1])
 	os.Exit(2)
