@@ -207,32 +207,41 @@ func (e *Engine) classify(ctx context.Context, log logr.Logger, req *Request, re
 	if errors.As(streamErr, &ce) && tr.Signal == "" && !tr.TimedOut && ce.Code != tr.ExitCode {
 		log.Info("exec status disagrees with the wrapper's trailer; trusting the trailer", "status", ce.Code, "trailer", tr.ExitCode)
 	}
+	res.Outcome, res.Detail = TrailerOutcome(tr)
+	switch res.Outcome {
+	case OutcomeSandboxLost:
+		res.ExitCode, res.Signal = -1, ""
+	case OutcomeSignal:
+		if tr.Signal == "SIGKILL" && e.oomKilled(ctx, log, req, start) {
+			res.Outcome = OutcomeOOM
+		}
+	}
+}
+
+// TrailerOutcome is the outcome a trailer reports, with its detail. A
+// SIGKILL it cannot explain is OutcomeSignal: the engine then also asks the
+// OOMChecker.
+func TrailerOutcome(tr *runwrap.Trailer) (Outcome, string) {
 	switch {
 	case tr.WrapperError != "":
-		res.Outcome, res.ExitCode = OutcomeSandboxLost, -1
-		res.Detail = "wrapper failed: " + tr.WrapperError
+		return OutcomeSandboxLost, "wrapper failed: " + tr.WrapperError
 	case tr.StreamLost:
-		res.Outcome, res.ExitCode, res.Signal = OutcomeSandboxLost, -1, ""
-		res.Detail = "the exec stream was lost; the sandbox's supervisor killed the command"
+		return OutcomeSandboxLost, "the exec stream was lost; the sandbox's supervisor killed the command"
 	case tr.OOMGuard != "":
-		res.Outcome = OutcomeOOM
-		res.Detail = tr.OOMGuard
+		return OutcomeOOM, tr.OOMGuard
+	case tr.Killed:
+		return OutcomeKilled, ""
 	case tr.TimedOut:
-		res.Outcome = OutcomeTimeout
+		return OutcomeTimeout, ""
 	case tr.OutputLimit:
-		res.Outcome = OutcomeOutputLimit
+		return OutcomeOutputLimit, ""
 	case tr.OOMKills > 0 && (tr.Signal == "SIGKILL" || tr.Signal == "" && tr.ExitCode == 128+9):
 		// A shell reports its OOM-killed child as exit 137 (runc: the kernel kills inside the container's cgroup).
-		res.Outcome = OutcomeOOM
-		res.Detail = fmt.Sprintf("the kernel OOM-killed %d process(es) in the sandbox during the command", tr.OOMKills)
-	case tr.Signal == "SIGKILL" && e.oomKilled(ctx, log, req, start):
-		res.Outcome = OutcomeOOM
+		return OutcomeOOM, fmt.Sprintf("the kernel OOM-killed %d process(es) in the sandbox during the command", tr.OOMKills)
 	case tr.Signal != "":
-		res.Outcome = OutcomeSignal
-	default:
-		res.Outcome = OutcomeExited
-		res.Detail = tr.StartError
+		return OutcomeSignal, ""
 	}
+	return OutcomeExited, tr.StartError
 }
 
 // recoverOutcome asks the sandbox's supervisor (PID 1) for the outcome of a

@@ -80,18 +80,7 @@ func (r *Request) budget() (head, tail int) {
 }
 
 func (r *Request) validate() error {
-	var errs []string
-	for _, m := range validation.IsDNS1123Subdomain(r.Namespace) {
-		errs = append(errs, "namespace: "+m)
-	}
-	for _, m := range validation.IsDNS1123Subdomain(r.Pod) {
-		errs = append(errs, "pod: "+m)
-	}
-	if r.Container != "" {
-		for _, m := range validation.IsDNS1123Label(r.Container) {
-			errs = append(errs, "container: "+m)
-		}
-	}
+	errs := r.targetErrors()
 	switch {
 	case len(r.Argv) > 0 && r.Shell != "":
 		errs = append(errs, "give either argv or shell, not both")
@@ -130,6 +119,23 @@ func (r *Request) validate() error {
 }
 
 func (r *Request) hasStdin() bool { return r.Stdin != nil || r.StdinReader != nil }
+
+// targetErrors checks the namespace, pod and container names.
+func (r *Request) targetErrors() []string {
+	var errs []string
+	for _, m := range validation.IsDNS1123Subdomain(r.Namespace) {
+		errs = append(errs, "namespace: "+m)
+	}
+	for _, m := range validation.IsDNS1123Subdomain(r.Pod) {
+		errs = append(errs, "pod: "+m)
+	}
+	if r.Container != "" {
+		for _, m := range validation.IsDNS1123Label(r.Container) {
+			errs = append(errs, "container: "+m)
+		}
+	}
+	return errs
+}
 
 // stdin is what client-go copies to the command, nil for none.
 func (r *Request) stdin() io.Reader {

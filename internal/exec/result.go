@@ -28,6 +28,9 @@ const (
 	// or node died, or the client-side deadline passed. The exit status is
 	// unknown; output received so far is returned.
 	OutcomeSandboxLost Outcome = "sandbox_lost"
+	// OutcomeKilled: the tree was killed on request (a background process's
+	// DELETE).
+	OutcomeKilled Outcome = "killed"
 )
 
 // Result is what a command did. Stdout and Stderr are valid UTF-8 (invalid

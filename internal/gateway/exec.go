@@ -89,6 +89,10 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 		writeError(w, e)
 		return
 	}
+	if req.Background {
+		s.startBackgroundSlot(w, r, p, sb, &req)
+		return
+	}
 	release, e := s.acquireExec(p)
 	if e != nil {
 		writeError(w, e)

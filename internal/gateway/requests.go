@@ -44,6 +44,8 @@ type ExecRequest struct {
 	MaxOutputBytes *int64 `json:"max_output_bytes,omitempty"`
 	// KillAfterOutputBytes kills the command once stdout+stderr exceed it (outcome output_limit).
 	KillAfterOutputBytes *int64 `json:"kill_after_output_bytes,omitempty"`
+	// Background starts the command as a background process (202 with its process_id) instead of waiting.
+	Background bool `json:"background,omitempty"`
 }
 
 // Limits of request fields.

@@ -522,11 +522,16 @@ func (s *Supervisor) status(req *Request) *Reply {
 	if req.Cancel {
 		r.cancelO.Do(func() { close(r.cancel) })
 	}
+	var rep Reply
 	select {
 	case <-r.ended:
-		rep := r.reply
-		return &rep
+		rep = r.reply
 	case <-time.After(req.Wait):
-		return &Reply{Known: true}
+		rep = Reply{Known: true}
 	}
+	s.mu.Lock()
+	info := r.info
+	s.mu.Unlock()
+	rep.Process = &info
+	return &rep
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,52 +46,52 @@ var (
 // test can race 50 creates.
 func gateway(t testing.TB) *gatewayProc {
 	t.Helper()
-	gwOnce.Do(func() {
-		if gatewayBin == "" {
-			gwErr = fmt.Errorf("AIRLOCK_E2E_GATEWAY is not set: run 'make test-e2e'")
-			return
-		}
-		ctx := context.Background()
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: keyNamespace}}
-		if err := k8s.Create(ctx, ns); err != nil && !strings.Contains(err.Error(), "already exists") {
-			gwErr = err
-			return
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			gwErr = err
-			return
-		}
-		addr := l.Addr().String()
-		l.Close()
-		logf, err := os.Create(filepath.Join(os.TempDir(), fmt.Sprintf("airlock-e2e-gateway-%d.log", os.Getpid())))
-		if err != nil {
-			gwErr = err
-			return
-		}
-		cmd := child.DieWithParent(exec.Command(gatewayBin, "--kubeconfig", kubeconfig, "--listen", addr, "--key-namespace", keyNamespace,
-			"--default-template", "python-node", "--create-rate=-1", "--max-concurrent-execs=20", "--metrics-listen=127.0.0.1:0"))
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if gwErr = cmd.Start(); gwErr != nil {
-			return
-		}
-		gw = &gatewayProc{cmd: cmd, base: "http://" + addr}
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			if resp, err := http.Get(gw.base + "/healthz"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return
-				}
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		gwErr = fmt.Errorf("gateway not healthy after 30s")
-	})
+	gwOnce.Do(func() { gw, gwErr = startGateway() })
 	if gwErr != nil {
 		t.Fatalf("gateway: %v", gwErr)
 	}
 	return gw
+}
+
+// startGateway starts a gateway process (dies with the test binary) and waits until it is healthy; extra
+// flags are added to the e2e defaults.
+func startGateway(extra ...string) (*gatewayProc, error) {
+	if gatewayBin == "" {
+		return nil, fmt.Errorf("AIRLOCK_E2E_GATEWAY is not set: run 'make test-e2e'")
+	}
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: keyNamespace}}
+	if err := k8s.Create(ctx, ns); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logf, err := os.CreateTemp("", fmt.Sprintf("airlock-e2e-gateway-%d-*.log", os.Getpid()))
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--kubeconfig", kubeconfig, "--listen", addr, "--key-namespace", keyNamespace,
+		"--default-template", "python-node", "--create-rate=-1", "--max-concurrent-execs=20", "--metrics-listen=127.0.0.1:0"}, extra...)
+	cmd := child.DieWithParent(exec.Command(gatewayBin, args...))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	g := &gatewayProc{cmd: cmd, base: "http://" + addr}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get(g.base + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return g, nil
+			}
+		}
+	}
+	g.stop()
+	return nil, fmt.Errorf("gateway not healthy after 30s (log %s)", logf.Name())
 }
 
 func (g *gatewayProc) stop() {

@@ -1,0 +1,371 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/runwrap"
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// Background processes live in the sandbox's PID 1 (its registry and output files), not in the gateway: any
+// replica answers for any process, and a gateway restart loses nothing.
+
+// ProcessController starts and steers background processes; *exec.Engine is the real one.
+type ProcessController interface {
+	StartBackground(ctx context.Context, req exec.Request) (*runwrap.ProcInfo, error)
+	Control(ctx context.Context, target exec.Request, req runwrap.Request) (*runwrap.Reply, error)
+}
+
+// ProcessView is a background process as the API shows it.
+type ProcessView struct {
+	ProcessID  string     `json:"process_id"`
+	PID        int        `json:"pid,omitempty"`
+	Command    []string   `json:"command"`
+	Status     string     `json:"status"` // running or exited
+	StartedAt  time.Time  `json:"started_at"`
+	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Outcome    string     `json:"outcome,omitempty"`
+	Signal     string     `json:"signal,omitempty"`
+	Detail     string     `json:"detail,omitempty"`
+	StdoutPath string     `json:"stdout_path,omitempty"`
+	StderrPath string     `json:"stderr_path,omitempty"`
+}
+
+// ProcessOutput is a process with its output from the requested byte offsets. The next call passes
+// stdout_offset and stderr_offset back; output never arrives twice or with a gap.
+type ProcessOutput struct {
+	ProcessView
+	Stdout       string `json:"stdout"`
+	Stderr       string `json:"stderr"`
+	StdoutOffset int64  `json:"stdout_offset"`
+	StderrOffset int64  `json:"stderr_offset"`
+	// StdoutSize and StderrSize are the files' sizes when read: more is waiting when an offset is below.
+	StdoutSize int64 `json:"stdout_size"`
+	StderrSize int64 `json:"stderr_size"`
+}
+
+// StdinRequest writes to a background process's stdin.
+type StdinRequest struct {
+	Data string `json:"data"`
+	// EOF closes stdin after data.
+	EOF bool `json:"eof,omitempty"`
+}
+
+// SignalRequest signals a background process's tree.
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// Limits of the process calls.
+const (
+	defaultProcessRead = 64 << 10
+	maxProcessWaitMS   = 20_000
+	maxStdinBytes      = 1 << 20
+)
+
+// allowedSignals are what an agent needs to steer a process; SIGKILL of the whole tree is DELETE.
+var allowedSignals = map[string]bool{"SIGINT": true, "SIGTERM": true, "SIGHUP": true, "SIGQUIT": true,
+	"SIGUSR1": true, "SIGUSR2": true, "SIGKILL": true, "SIGSTOP": true, "SIGCONT": true}
+
+func viewOfProcess(p *runwrap.ProcInfo) ProcessView {
+	v := ProcessView{ProcessID: p.ID, PID: p.PID, Command: p.Command, Status: "running", StartedAt: p.StartedAt,
+		StdoutPath: p.StdoutPath, StderrPath: p.StderrPath}
+	if tr := p.Trailer; tr != nil {
+		v.Status = "exited"
+		if !p.EndedAt.IsZero() {
+			end := p.EndedAt
+			v.EndedAt = &end
+		}
+		outcome, detail := exec.TrailerOutcome(tr)
+		code := tr.ExitCode
+		if outcome == exec.OutcomeSandboxLost {
+			code = -1
+		}
+		v.ExitCode, v.Outcome, v.Signal, v.Detail = &code, string(outcome), tr.Signal, detail
+	}
+	return v
+}
+
+// processes returns the engine's process controller, or answers 501.
+func (s *Server) processes(w http.ResponseWriter) (ProcessController, bool) {
+	pc, ok := s.opts.Engine.(ProcessController)
+	if !ok {
+		writeError(w, &Error{Status: http.StatusNotImplemented, Code: CodeInternal, Message: "this gateway's engine has no background processes"})
+	}
+	return pc, ok
+}
+
+// startBackgroundSlot starts a background process holding an exec slot for the start only.
+func (s *Server) startBackgroundSlot(w http.ResponseWriter, r *http.Request, p auth.Principal, sb *airlockv1.Sandbox, req *ExecRequest) {
+	release, e := s.acquireExec(p)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	defer release()
+	s.startBackground(w, r, p, sb, req)
+}
+
+// startBackground answers an exec with "background": true: 202 once the command runs in the sandbox.
+func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, p auth.Principal, sb *airlockv1.Sandbox, req *ExecRequest) {
+	pc, ok := s.processes(w)
+	if !ok {
+		return
+	}
+	xr := s.execRequest(r.Context(), sb, req)
+	xr.Timeout, xr.StdinReader = 0, nil // no default timeout: the sandbox's expiry ends it
+	if req.TimeoutMS != nil {
+		xr.Timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
+	}
+	if s.opts.LogCommands {
+		s.opts.Logger.Info("exec", "tenant", p.Tenant, "sandbox", sb.Name, "background", true, "argv", xr.Argv, "shell", xr.Shell)
+	}
+	info, err := pc.StartBackground(r.Context(), xr)
+	if err != nil {
+		writeError(w, s.processError(err, sb.Namespace))
+		return
+	}
+	s.audit(sb, reasonExec, "Exec", "background process %s started by key %s", info.ID, p.KeyID)
+	if req.Stdin != nil && *req.Stdin != "" {
+		// Given at start: written now, stdin stays open for more.
+		if _, err := pc.Control(r.Context(), s.target(sb), runwrap.Request{Op: runwrap.OpStdin, Config: runwrap.Config{ID: info.ID}, Data: []byte(*req.Stdin)}); err != nil {
+			writeError(w, s.processError(err, sb.Namespace))
+			return
+		}
+	}
+	writeJSON(w, http.StatusAccepted, viewOfProcess(info))
+}
+
+func (s *Server) target(sb *airlockv1.Sandbox) exec.Request {
+	return exec.Request{Namespace: sb.Namespace, Pod: podName(sb), Container: sandbox.ContainerName}
+}
+
+// processCall is the common part of the process endpoints: a ready sandbox of the caller's, an exec slot, and
+// the process id from the path.
+func (s *Server) processCall(w http.ResponseWriter, r *http.Request, p auth.Principal) (ProcessController, *airlockv1.Sandbox, string, func(), bool) {
+	pc, ok := s.processes(w)
+	if !ok {
+		return nil, nil, "", nil, false
+	}
+	id, e := sandboxID(r)
+	if e != nil {
+		writeError(w, e)
+		return nil, nil, "", nil, false
+	}
+	pid := r.PathValue("pid")
+	if pid != "" && !runwrap.ValidNonce(pid) {
+		writeError(w, notFound("process "+strconv.Quote(pid)))
+		return nil, nil, "", nil, false
+	}
+	sb, e := s.readySandbox(r.Context(), p, id)
+	if e != nil {
+		writeError(w, e)
+		return nil, nil, "", nil, false
+	}
+	release, e := s.acquireExec(p)
+	if e != nil {
+		writeError(w, e)
+		return nil, nil, "", nil, false
+	}
+	return pc, sb, pid, release, true
+}
+
+// control sends one request for process pid and maps "unknown" to 404.
+func (s *Server) control(w http.ResponseWriter, r *http.Request, pc ProcessController, sb *airlockv1.Sandbox, req runwrap.Request) (*runwrap.Reply, bool) {
+	rep, err := pc.Control(r.Context(), s.target(sb), req)
+	if err != nil {
+		writeError(w, s.processError(err, sb.Namespace))
+		return nil, false
+	}
+	if !rep.Known {
+		writeError(w, notFound("process "+strconv.Quote(req.ID)))
+		return nil, false
+	}
+	return rep, true
+}
+
+func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	pc, sb, _, release, ok := s.processCall(w, r, p)
+	if !ok {
+		return
+	}
+	defer release()
+	rep, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpList})
+	if !ok {
+		return
+	}
+	out := struct {
+		Processes []ProcessView `json:"processes"`
+	}{Processes: []ProcessView{}}
+	for i := range rep.Processes {
+		if rep.Processes[i].Background {
+			out.Processes = append(out.Processes, viewOfProcess(&rep.Processes[i]))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getProcess answers the process with its output from stdout_offset / stderr_offset (max_bytes of each,
+// default 64 KiB); wait_ms waits up to that long for a running process to end first.
+func (s *Server) getProcess(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	q := r.URL.Query()
+	outOff, e1 := queryInt(q.Get("stdout_offset"), "stdout_offset", 0, 1<<62)
+	errOff, e2 := queryInt(q.Get("stderr_offset"), "stderr_offset", 0, 1<<62)
+	limit, e3 := queryInt(q.Get("max_bytes"), "max_bytes", 1, MaxInlineOutput)
+	wait, e4 := queryInt(q.Get("wait_ms"), "wait_ms", 0, maxProcessWaitMS)
+	if e := errors.Join(e1, e2, e3, e4); e != nil {
+		var ae *Error
+		_ = errors.As(e, &ae)
+		writeError(w, ae)
+		return
+	}
+	if q.Get("max_bytes") == "" {
+		limit = defaultProcessRead
+	}
+	mem, e := s.reserve(p, execCost(4*int(limit), 0)) // base64 in the reply, escaping in the answer
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	defer mem.release()
+	pc, sb, pid, release, ok := s.processCall(w, r, p)
+	if !ok {
+		return
+	}
+	defer release()
+	if wait > 0 {
+		if _, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpStatus, Config: runwrap.Config{ID: pid}, Wait: time.Duration(wait) * time.Millisecond}); !ok {
+			return
+		}
+	}
+	rep, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpOutput, Config: runwrap.Config{ID: pid},
+		StdoutOffset: outOff, StderrOffset: errOff, Limit: int(limit)})
+	if !ok {
+		return
+	}
+	out := ProcessOutput{ProcessView: viewOfProcess(rep.Process), StdoutOffset: outOff, StderrOffset: errOff}
+	if o := rep.Output; o != nil {
+		var n int
+		out.Stdout, n = textOf(o.Stdout, outOff+int64(len(o.Stdout)) < o.StdoutSize || rep.Process.Trailer == nil)
+		out.StdoutOffset += int64(n)
+		out.Stderr, n = textOf(o.Stderr, errOff+int64(len(o.Stderr)) < o.StderrSize || rep.Process.Trailer == nil)
+		out.StderrOffset += int64(n)
+		out.StdoutSize, out.StderrSize = o.StdoutSize, o.StderrSize
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// textOf renders output bytes as text and says how many bytes it consumed: a character cut at the end is left
+// for the next read when more may follow; invalid bytes become U+FFFD.
+func textOf(b []byte, more bool) (string, int) {
+	n := len(b)
+	if more {
+		for i := 1; i <= utf8.UTFMax-1 && i <= n; i++ {
+			if utf8.RuneStart(b[n-i]) {
+				if !utf8.FullRune(b[n-i:]) {
+					n -= i
+				}
+				break
+			}
+		}
+	}
+	return strings.ToValidUTF8(string(b[:n]), "\uFFFD"), n
+}
+
+func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	mem, e := s.reserve(p, 2*maxStdinBytes)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	defer mem.release()
+	var req StdinRequest
+	if !s.readJSON(w, r, &req, func() *Error {
+		if len(req.Data) > maxStdinBytes {
+			return badField("data", "at most %d bytes per call", maxStdinBytes)
+		}
+		return nil
+	}) {
+		return
+	}
+	pc, sb, pid, release, ok := s.processCall(w, r, p)
+	if !ok {
+		return
+	}
+	defer release()
+	rep, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpStdin, Config: runwrap.Config{ID: pid}, Data: []byte(req.Data), EOF: req.EOF})
+	if ok {
+		writeJSON(w, http.StatusOK, viewOfProcess(rep.Process))
+	}
+}
+
+func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	var req SignalRequest
+	if !s.readJSON(w, r, &req, func() *Error {
+		req.Signal = strings.ToUpper(req.Signal)
+		if !strings.HasPrefix(req.Signal, "SIG") {
+			req.Signal = "SIG" + req.Signal
+		}
+		if !allowedSignals[req.Signal] {
+			return badField("signal", "one of SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGKILL, SIGSTOP, SIGCONT")
+		}
+		return nil
+	}) {
+		return
+	}
+	pc, sb, pid, release, ok := s.processCall(w, r, p)
+	if !ok {
+		return
+	}
+	defer release()
+	rep, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpSignal, Config: runwrap.Config{ID: pid}, Signal: req.Signal})
+	if ok {
+		writeJSON(w, http.StatusOK, viewOfProcess(rep.Process))
+	}
+}
+
+// killProcess kills the process's tree (SIGTERM, grace, SIGKILL) and answers once it has ended.
+func (s *Server) killProcess(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	pc, sb, pid, release, ok := s.processCall(w, r, p)
+	if !ok {
+		return
+	}
+	defer release()
+	if _, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpKill, Config: runwrap.Config{ID: pid}}); !ok {
+		return
+	}
+	rep, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpStatus, Config: runwrap.Config{ID: pid}, Wait: runwrap.DefaultGrace + 5*time.Second})
+	if ok {
+		writeJSON(w, http.StatusOK, viewOfProcess(rep.Process))
+	}
+}
+
+// processError maps an engine error of a process call: the supervisor's refusals are the caller's (409).
+func (s *Server) processError(err error, ns string) *Error {
+	if errors.Is(err, exec.ErrSupervisor) {
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: strings.TrimPrefix(err.Error(), exec.ErrSupervisor.Error()+": ")}
+	}
+	return s.execError(err, ns)
+}
+
+// queryInt parses an optional integer query parameter within [lo, hi]; empty is 0.
+func queryInt(v, name string, lo, hi int64) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, badField(name, "must be an integer between %d and %d", lo, hi)
+	}
+	return n, nil
+}
