@@ -130,39 +130,68 @@ func TestIntegrationFiles(t *testing.T) {
 	if ents, _ := os.ReadDir(wd); len(ents) != 1 {
 		t.Fatalf("leftovers in %s: %v", wd, ents)
 	}
-	// Escapes: lexical (..), absolute outside the working directory, and through a symlink, both ways. The
-	// exec server runs commands on this machine, so every target is a decoy under the test's temporary
-	// directory, never a real system file: a confinement regression (or a later rule that accepts absolute
-	// paths anywhere the sandbox user may write) can only touch decoys.
+	// Absolute paths anywhere the sandbox user may write, relative ones under the working directory, through
+	// symlinks too. The exec server runs commands on this machine, so every target is a decoy under the test's
+	// temporary directories, never a real system file.
 	decoy := t.TempDir()
-	secret := []byte("decoy: must stay unchanged\n")
+	secret := []byte("decoy: written by the test\n")
 	if err := os.WriteFile(filepath.Join(decoy, "passwd"), secret, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(decoy, filepath.Join(wd, "etc")); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"../x", decoy + "/passwd", "etc/passwd", "etc/evil"} {
+	for _, p := range []string{decoy + "/passwd", "etc/passwd"} {
+		if resp, got := g.raw(t, key, "GET", files+url.QueryEscape(p), nil); resp.StatusCode != 200 || !bytes.Equal(got, secret) {
+			t.Errorf("GET %s: %d %q", p, resp.StatusCode, got)
+		}
+	}
+	if code, body := g.do(t, key, "PUT", files+url.QueryEscape(decoy+"/new/deeper/f"), "abs"); code != 200 {
+		t.Errorf("PUT absolute with missing parents: %d %v", code, body)
+	}
+	if got, err := os.ReadFile(filepath.Join(decoy, "new", "deeper", "f")); err != nil || string(got) != "abs" {
+		t.Errorf("absolute upload: %q %v", got, err)
+	}
+	if code, _ := g.do(t, key, "PUT", files+"etc/evil", "via dir link"); code != 200 {
+		t.Errorf("PUT through a directory symlink: %d", code)
+	}
+	if got, err := os.ReadFile(filepath.Join(decoy, "evil")); err != nil || string(got) != "via dir link" {
+		t.Errorf("upload through the directory symlink: %q %v", got, err)
+	}
+	// A symlink at the name itself is replaced, not followed: the write is a rename onto the name.
+	if err := os.Symlink(filepath.Join(decoy, "passwd"), filepath.Join(wd, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := g.do(t, key, "PUT", files+"link", "replaced"); code != 200 {
+		t.Errorf("PUT onto a symlink: %d", code)
+	}
+	if got, err := os.ReadFile(filepath.Join(decoy, "passwd")); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("wrote through the symlink at the name: %q %v", got, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(wd, "link")); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("the symlink was not replaced by the file: %v %v", fi, err)
+	}
+	for _, p := range []string{"../x", "a/../b"} {
 		for _, m := range []string{"GET", "PUT"} {
 			if code, body := g.do(t, key, m, files+url.QueryEscape(p), "x"); code != 400 || errField(body) != "path" {
 				t.Errorf("%s %s: %d %v, want 400 naming path", m, p, code, body)
 			}
 		}
 	}
-	if got, err := os.ReadFile(filepath.Join(decoy, "passwd")); err != nil || !bytes.Equal(got, secret) {
-		t.Fatalf("wrote through to the decoy: %q %v", got, err)
-	}
-	if _, err := os.Stat(filepath.Join(decoy, "evil")); err == nil {
-		t.Fatal("wrote through the symlink")
-	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(wd), "x")); err == nil {
 		t.Fatal("wrote outside the working directory")
+	}
+	if err := os.Remove(filepath.Join(wd, "link")); err != nil {
+		t.Fatal(err)
 	}
 	if code, _ := g.do(t, key, "GET", files+"missing", nil); code != 404 {
 		t.Errorf("missing file: %d", code)
 	}
-	if code, _ := g.do(t, key, "PUT", files+"no/such/dir/f", "x"); code != 404 {
-		t.Errorf("missing dir: %d", code)
+	if code, _ := g.do(t, key, "PUT", files+"made/on/demand/f", "x"); code != 200 {
+		t.Errorf("missing parents are created: %d", code)
+	}
+	if err := os.RemoveAll(filepath.Join(wd, "made")); err != nil {
+		t.Fatal(err)
 	}
 	if code, body := g.do(t, key, "PUT", files+"big", make([]byte, 1<<20+1)); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("too big: %d %v", code, body)

@@ -3,21 +3,21 @@ package gateway
 // Files move over exec with stdin/stdout: the image runs no daemon. Until the wrapper offers a built-in file
 // operation, each transfer runs a few standard tools as plain argv (no shell, so no quoting of user paths):
 //
-//	GET: realpath ROOT FILE   then  wc -c FILE  then  base64 FILE   (output is escaped UTF-8, so bytes travel
-//	     as base64; the size comes first so that the answer has a Content-Length or a clean 413)
-//	PUT: realpath ROOT DIR    then  dd of=DIR/.tmp-RANDOM  then  mv -f -T TMP DIR/NAME   (atomic rename)
+//	GET: realpath FILE   then  wc -c FILE  then  base64 FILE   (output is escaped UTF-8, so bytes travel as
+//	     base64; the size comes first so that the answer has a Content-Length or a clean 413)
+//	PUT: realpath DIR (mkdir -p DIR first if it is missing)  then  dd of=DIR/.tmp-RANDOM  then
+//	     mv -f -T TMP DIR/NAME   (atomic rename)
 //
 // Neither direction holds the file: an upload streams the request body into dd's stdin, a download decodes
 // base64 from the exec stream straight into the response. A download that breaks after its first byte cannot
 // change its status any more; the connection is then cut, so the client sees fewer bytes than Content-Length
 // (an error in every HTTP client), never a short file that looks whole.
 //
-// The path is confined twice: lexically here (ConfinePath) and after the sandbox resolves every symlink
-// (realpath), whose answer must still be inside the working directory. rename(2) replaces a symlink at the
-// destination rather than following it. What remains is a window between the realpath and the
-// read/write in which code in the sandbox could swap a directory for a symlink; it can only redirect its own
-// sandbox's files, which that code can read and write anyway. The image needs GNU coreutils or BusyBox
-// (realpath, wc, base64, dd, mv with -T, rm).
+// A relative path is relative to the working directory; an absolute one may be anywhere. The tools run as the
+// sandbox's user inside the sandbox, so a path reaches only what that user may read or write anyway:
+// confining it would protect nothing. The write stays symlink-safe: realpath resolves the directory, the data
+// goes to a new temporary file there, and rename(2) replaces a symlink at the name rather than following it.
+// The image needs GNU coreutils or BusyBox (realpath, mkdir, wc, base64, dd, mv with -T, rm).
 
 import (
 	"bytes"
@@ -102,33 +102,30 @@ func (s *Server) streamTool(ctx context.Context, sb *airlockv1.Sandbox, argv []s
 
 var errTooBig = errors.New("output over the file size limit")
 
-// resolveInside runs realpath on the root and on p and checks that p resolves inside the root.
-func (s *Server) resolveInside(ctx context.Context, sb *airlockv1.Sandbox, root, p string) (string, *Error) {
-	tr, e := s.runTool(ctx, sb, []string{"realpath", root, p}, nil, 2*maxPathLen+2)
+// resolveReal runs realpath on p (absolute, so no "--" is needed, which BusyBox lacks) in the sandbox: the path
+// with every symlink resolved (404 if it is missing).
+func (s *Server) resolveReal(ctx context.Context, sb *airlockv1.Sandbox, p string) (string, *Error) {
+	tr, e := s.runTool(ctx, sb, []string{"realpath", p}, nil, maxPathLen+1)
 	if e != nil {
 		return "", e
 	}
 	if tr.exitCode != 0 {
 		return "", &Error{Status: http.StatusNotFound, Code: CodeNotFound, Field: "path", Message: "path: " + p + " does not exist"}
 	}
-	lines := strings.Split(strings.TrimSuffix(string(tr.stdout), "\n"), "\n")
-	if len(lines) != 2 {
+	real := strings.TrimSuffix(string(tr.stdout), "\n")
+	if !strings.HasPrefix(real, "/") || strings.Contains(real, "\n") {
 		return "", &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: "unexpected realpath output in the sandbox"}
-	}
-	realRoot, real := lines[0], lines[1]
-	if !strings.HasPrefix(realRoot, "/") || !strings.HasPrefix(real, "/") || !within(path.Clean(realRoot), path.Clean(real)) {
-		return "", badField("path", "resolves (through a symlink) outside the sandbox's working directory")
 	}
 	return path.Clean(real), nil
 }
 
-// filePath validates ?path= against the sandbox's working directory.
+// filePath resolves ?path= against the sandbox's working directory.
 func filePath(r *http.Request, root string) (string, *Error) {
 	q := r.URL.Query()
 	if !q.Has("path") {
 		return "", badField("path", "query parameter is required")
 	}
-	full, err := ConfinePath(root, q.Get("path"))
+	full, err := ResolvePath(root, q.Get("path"))
 	if err != nil {
 		return "", badField("path", "%v", err)
 	}
@@ -147,7 +144,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 	}
 	defer release()
 	extendDeadlines(w, 3*fileOpTimeout)
-	real, e := s.resolveInside(r.Context(), sb, workingDir(sb), full)
+	real, e := s.resolveReal(r.Context(), sb, full)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -298,17 +295,13 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 	}
 	// The server's read timeout is for ordinary bodies; an upload may take as long as the transfer may.
 	extendDeadlines(w, 2*fileOpTimeout)
-	root := workingDir(sb)
-	if full == path.Clean(root) {
-		writeError(w, badField("path", "names the working directory itself; give a file path"))
+	if full == path.Clean(workingDir(sb)) || full == "/" {
+		writeError(w, badField("path", "names a directory; give a file path"))
 		return
 	}
 	dir, name := path.Split(full)
-	realDir, e := s.resolveInside(r.Context(), sb, root, path.Clean(dir))
+	realDir, e := s.uploadDir(r.Context(), sb, path.Clean(dir))
 	if e != nil {
-		if e.Status == http.StatusNotFound {
-			e.Message = "path: directory " + path.Clean(dir) + " does not exist; create it first (exec mkdir -p)"
-		}
 		writeError(w, e)
 		return
 	}
@@ -336,6 +329,22 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"path": full, "bytes": body.n})
+}
+
+// uploadDir resolves the directory an upload goes to, creating it (and its parents) if it is missing.
+func (s *Server) uploadDir(ctx context.Context, sb *airlockv1.Sandbox, dir string) (string, *Error) {
+	real, e := s.resolveReal(ctx, sb, dir)
+	if e == nil || e.Status != http.StatusNotFound {
+		return real, e
+	}
+	tr, e := s.runTool(ctx, sb, []string{"mkdir", "-p", dir}, nil, 1024)
+	if e != nil {
+		return "", e
+	}
+	if tr.exitCode != 0 {
+		return "", toolFailure("create the directory", dir, tr.stderr)
+	}
+	return s.resolveReal(ctx, sb, dir)
 }
 
 // uploadError maps a failure to read the upload body.

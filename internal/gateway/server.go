@@ -169,6 +169,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("DELETE /v1/sandboxes/{id}/processes/{pid}", authed(s.killProcess))
 	mux.Handle("PUT /v1/sandboxes/{id}/files", authed(s.putFile))
 	mux.Handle("GET /v1/sandboxes/{id}/files", authed(s.getFile))
+	mux.Handle("GET /v1/tools", authed(s.getTools))
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	// The catch-all also shadows the mux's own 405: tell "wrong method" from "no such path" here.
