@@ -174,3 +174,6 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	}
 	return nil
 }
+
+// BaseURL is the gateway's URL the client calls (without /v1).
+func (c *Client) BaseURL() string { return c.base }
