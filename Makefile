@@ -60,11 +60,19 @@ demo: preflight ## Airlock end to end: local cluster (or $$KUBECONFIG), Helm ins
 ##@ Test
 
 .PHONY: test
-test: preflight verify test-unit test-chart test-integration test-e2e ## Everything CI runs: verify, unit, chart, integration (envtest), end-to-end (local cluster).
+test: preflight verify test-unit test-sdk test-chart test-integration test-e2e ## Everything CI runs: verify, unit, chart, integration (envtest), end-to-end (local cluster).
 
 .PHONY: test-unit
 test-unit: ## Unit tests of the pure parts (no API server).
 	go test $(GO_TEST_FLAGS) ./api/... ./internal/... ./cmd/... ./test/hack/... -skip 'Integration'
+
+# Debian's Python, which sees python3-httpx and python3-pytest (hack/preflight.sh), not a pyenv shim's.
+PYTHON ?= /usr/bin/python3
+
+.PHONY: test-sdk
+test-sdk: ## Unit tests of the SDKs (pkg/client, sdk/python; their integration runs in test-e2e: TestSDK).
+	go test $(GO_TEST_FLAGS) ./pkg/...
+	PYTHONPATH=sdk/python PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -q -p no:cacheprovider sdk/python/tests
 
 .PHONY: envtest-assets
 envtest-assets: ## Build etcd, kube-apiserver and kubectl for envtest into the machine-wide cache (first time 15-20 min).

@@ -20,6 +20,11 @@ missing=()
 for cmd in "${!NEEDED[@]}"; do
 	command -v "${cmd}" >/dev/null 2>&1 || missing+=("${NEEDED[${cmd}]}")
 done
+# Python modules the SDK tests import (Debian's python3, as the package index may be unreachable).
+declare -A PY_MODULES=([httpx]=python3-httpx [pytest]=python3-pytest [setuptools]=python3-setuptools [venv]=python3-venv)
+for mod in "${!PY_MODULES[@]}"; do
+	/usr/bin/python3 -c "import ${mod}" >/dev/null 2>&1 || missing+=("${PY_MODULES[${mod}]}")
+done
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u | sed '/^$/d')
 
 problems=()
