@@ -1,7 +1,9 @@
 package runwrap
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -53,6 +55,9 @@ func keeperMain() int {
 	ctl := fc.(*net.UnixConn)
 	var cfg Config
 	files, err := recvFrameFiles(ctl, &cfg, 3)
+	if errors.Is(err, io.EOF) {
+		return 0 // a spare keeper PID 1 no longer needs
+	}
 	if err != nil || len(files) < 2 {
 		fmt.Fprintf(os.Stderr, "airlock-init keeper: receive run: %v (%d descriptors)\n", err, len(files))
 		return ExitWrapperError
@@ -78,6 +83,9 @@ func keeperMain() int {
 	s.stdout = newStreamOut(1, "stdout")
 	s.stderr = newStreamOut(2, "stderr")
 	t, code := s.run(ctl)
+	// The trailer is written: let go of the stream before PID 1 answers,
+	// so the exec need not wait for this process to exit.
+	closeAll([]*os.File{s.stdout.f, s.stderr.f, os.Stdin})
 	_ = WriteFrame(ctl, &Reply{Known: true, Done: true, Trailer: &t, Code: code})
 	return code
 }

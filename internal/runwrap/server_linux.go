@@ -33,6 +33,8 @@ type Supervisor struct {
 	// claimed are direct children that are not keepers: leftovers a run
 	// kept on purpose, or orphans of a killed keeper adopted by its run.
 	claimed map[int]bool
+	// spare is a keeper started ahead of the next run.
+	spare *keeperProc
 }
 
 type run struct {
@@ -61,6 +63,9 @@ type run struct {
 	// the run ended without it.
 	info    ProcInfo
 	started chan struct{}
+	// replied is closed once reply is final: the client may be answered
+	// before the keeper has exited.
+	replied chan struct{}
 	// stdinW is a background run's stdin (OpStdin writes to it); killed
 	// records an OpKill.
 	stdinMu sync.Mutex
@@ -87,6 +92,7 @@ func Listen() (*net.UnixListener, error) {
 
 // Serve accepts clients until ln is closed.
 func (s *Supervisor) Serve(ln *net.UnixListener) error {
+	go s.refillSpare()
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -182,7 +188,7 @@ func (s *Supervisor) serveRun(c *net.UnixConn, req *Request, files []*os.File) {
 		return
 	}
 	r := &run{cfg: req.Config, start: time.Now(), stdout: files[0], stderr: files[1], ended: make(chan struct{}),
-		cancel: make(chan struct{}), started: make(chan struct{}), kill: make(chan struct{})}
+		cancel: make(chan struct{}), started: make(chan struct{}), replied: make(chan struct{}), kill: make(chan struct{})}
 	r.info = ProcInfo{ID: r.cfg.ID, Command: r.cfg.command(), Background: r.cfg.Background, Running: true, StartedAt: r.start}
 	if len(files) > 2 {
 		r.stdin = files[2]
@@ -196,12 +202,14 @@ func (s *Supervisor) serveRun(c *net.UnixConn, req *Request, files []*os.File) {
 		_ = WriteFrame(c, &Reply{Error: e})
 		return
 	}
+	run := files
+	files = nil // execute owns them now and closes them
+	go s.execute(r, run)
 	if !req.Background {
-		s.execute(r, files)
+		<-r.replied
 		_ = WriteFrame(c, &r.reply)
 		return
 	}
-	go s.execute(r, files)
 	<-r.started
 	s.mu.Lock()
 	info := r.info
@@ -211,7 +219,6 @@ func (s *Supervisor) serveRun(c *net.UnixConn, req *Request, files []*os.File) {
 		return
 	}
 	_ = WriteFrame(c, &Reply{Known: true, Process: &info})
-	files = nil // the run owns them now; execute closes them
 }
 
 // maxBackground bounds the background runs alive at once: each holds files
@@ -271,6 +278,7 @@ func (s *Supervisor) backgroundStdio(req *Request) ([]*os.File, error) {
 // execute runs r to its end and records the outcome.
 func (s *Supervisor) execute(r *run, files []*os.File) {
 	startedOnce := sync.OnceFunc(func() { close(r.started) })
+	repliedOnce := sync.OnceFunc(func() { close(r.replied) })
 	defer func() {
 		s.mu.Lock()
 		s.done = append(s.done, r.cfg.ID)
@@ -281,9 +289,8 @@ func (s *Supervisor) execute(r *run, files []*os.File) {
 		r.info.Running, r.info.EndedAt, r.info.Trailer = false, time.Now(), r.reply.Trailer
 		s.mu.Unlock()
 		r.closeStdin()
-		if r.cfg.Background {
-			closeAll(files) // the client went long ago
-		}
+		closeAll(files)
+		repliedOnce()
 		startedOnce()
 		close(r.ended)
 	}()
@@ -313,23 +320,36 @@ func (s *Supervisor) execute(r *run, files []*os.File) {
 		rep = Reply{}
 		first = ReadFrame(r.ctl, &rep)
 	}
-	ws := <-exited
 	if first == nil && rep.Trailer != nil {
+		rep.Known = true
+		r.reply = rep
+		// The keeper wrote the trailer and closed its copies of the stream:
+		// with ours closed too the exec can end while the keeper exits.
+		closeAll(files)
+		files = nil
+		repliedOnce()
+		<-exited
 		_ = r.ctl.Close()
 		closeAll([]*os.File{r.outR, r.errR}) // a kept leftover's writes fail as they would without us
 		s.adoptOrphans(r.cfg.KeepLeftovers)  // what the keeper left: kept on purpose
-		rep.Known = true
-		r.reply = rep
 		return
 	}
+	ws := <-exited
 	_ = r.ctl.Close()
 	s.keeperKilled(r, ws)
 	closeAll([]*os.File{r.outR, r.errR})
 }
 
-// startKeeper starts r's keeper and hands it the run over a socket pair: the
-// keeper makes itself undumpable before it receives the descriptors.
-func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitStatus, error) {
+// keeperProc is a started keeper waiting for its run on ctl.
+type keeperProc struct {
+	pid    int
+	exited chan syscall.WaitStatus
+	ctl    *net.UnixConn
+}
+
+// spawnKeeper starts a keeper; it makes itself undumpable and then waits for
+// a run on its control socket.
+func (s *Supervisor) spawnKeeper() (*keeperProc, error) {
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
@@ -341,9 +361,9 @@ func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitS
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	r.ctl = fc.(*net.UnixConn)
 	null, err := os.Open(os.DevNull)
 	if err != nil {
+		_ = fc.Close()
 		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
 	}
 	defer null.Close()
@@ -351,24 +371,82 @@ func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitS
 		Env:   append(os.Environ(), roleEnv+"="+roleKeeper),
 		Files: []*os.File{null, os.Stderr, os.Stderr, theirs},
 	}
-	ch := make(chan syscall.WaitStatus, 1)
+	k := &keeperProc{exited: make(chan syscall.WaitStatus, 1), ctl: fc.(*net.UnixConn)}
 	s.mu.Lock() // no Reap between start and registration
 	p, err := os.StartProcess("/proc/self/exe", []string{"airlock-init-keeper"}, attr)
 	if err == nil {
-		s.waiters[p.Pid] = ch
-		r.keeper = p.Pid
+		s.waiters[p.Pid] = k.exited
+		k.pid = p.Pid
 	}
 	s.mu.Unlock()
 	if err != nil {
-		_ = r.ctl.Close()
+		_ = k.ctl.Close()
 		return nil, fmt.Errorf("start keeper: %w", err)
 	}
 	_ = p.Release() // Reap waits for it
-	if err := s.sendRun(r, files); err != nil {
-		fmt.Fprintf(s.log, "airlock-init pid1: run %s: %v\n", r.cfg.ID, err)
-		_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+	return k, nil
+}
+
+// takeKeeper returns the spare keeper if it is alive (a command may have
+// killed it: kill -9 -1), else a new one, and starts the next spare in the
+// background: a run then costs no Go process start on its critical path.
+func (s *Supervisor) takeKeeper() (*keeperProc, error) {
+	s.mu.Lock()
+	k := s.spare
+	s.spare = nil
+	s.mu.Unlock()
+	go s.refillSpare()
+	if k != nil {
+		select {
+		case ws := <-k.exited:
+			k.exited <- ws
+			_ = k.ctl.Close()
+		default:
+			return k, nil
+		}
 	}
-	return ch, nil
+	return s.spawnKeeper()
+}
+
+func (s *Supervisor) refillSpare() {
+	k, err := s.spawnKeeper()
+	if err != nil {
+		fmt.Fprintf(s.log, "airlock-init pid1: spare keeper: %v\n", err)
+		return
+	}
+	s.mu.Lock()
+	old := s.spare
+	s.spare = k
+	s.mu.Unlock()
+	if old != nil { // two refills raced: one spare is enough
+		_ = old.ctl.Close() // its keeper sees EOF and exits
+	}
+}
+
+// startKeeper hands r to a keeper: the keeper made itself undumpable before
+// it receives the descriptors. A spare keeper that dies before it got the
+// run is replaced by a fresh one.
+func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitStatus, error) {
+	for attempt := 0; ; attempt++ {
+		k, err := s.takeKeeper()
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		r.ctl, r.keeper = k.ctl, k.pid
+		s.mu.Unlock()
+		err = s.sendRun(r, files)
+		if err == nil {
+			return k.exited, nil
+		}
+		_ = syscall.Kill(k.pid, syscall.SIGKILL)
+		_ = k.ctl.Close()
+		closeAll([]*os.File{r.outR, r.errR})
+		if attempt > 0 {
+			fmt.Fprintf(s.log, "airlock-init pid1: run %s: %v\n", r.cfg.ID, err)
+			return nil, fmt.Errorf("hand the run to its keeper: %w", err)
+		}
+	}
 }
 
 // sendRun hands the keeper its run: the request with the stream, then the

@@ -179,3 +179,47 @@ func TestCommandsCannotUseSupervisor(t *testing.T) {
 		t.Fatalf("a command reached the supervisor: %+v stderr %q", r.trailer, r.stderr)
 	}
 }
+
+// spareKeepers are the keepers PID 1 started ahead that hold no run yet.
+func spareKeepers(t *testing.T) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		st, ok := readStat(pid)
+		if !ok || !strings.HasPrefix(string(b), "airlock-init-keeper") || len(liveChildren(pid)) > 0 {
+			continue
+		}
+		if pb, _ := os.ReadFile("/proc/" + strconv.Itoa(st.ppid) + "/cmdline"); strings.HasPrefix(string(pb), wrapperBin+"\x00pid1") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// A command can kill the spare keeper (kill -9 -1 does): the next run gets a fresh one.
+func TestSpareKeeperKilled(t *testing.T) {
+	runWrapper(t, nil, "--", "true") // a spare exists after any run
+	var spares []int
+	for end := time.Now().Add(5 * time.Second); len(spares) == 0 && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		spares = spareKeepers(t)
+	}
+	if len(spares) == 0 {
+		t.Fatal("no spare keeper after a run")
+	}
+	for _, pid := range spares {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	r := runWrapper(t, nil, "--shell", "echo ok")
+	if r.trailer == nil || r.trailer.ExitCode != 0 || r.stdout != "ok\n" {
+		t.Fatalf("run after the spare keeper was killed: %+v stdout %q", r.trailer, r.stdout)
+	}
+}

@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,14 +21,21 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/runwrap"
 )
 
-// BenchmarkExecTrue runs `true` in one gVisor sandbox, one call at a time, four ways in the same run: plain
-// client-go remotecommand (the floor), the exec engine (adds the in-sandbox wrapper: process group, timeout,
-// output capture, trailer), the gateway over HTTP, and `kubectl exec`. Then 20 concurrent calls through the
-// gateway. Reports medians and ratios. Run: make bench-e2e.
+// BenchmarkExecTrue is the cost of `true` in one gVisor sandbox, one call at a time, and where it goes. Each
+// round runs every way once, in a rotated order (A, B, C... then B, C, A...), so drift and load hit all ways
+// alike; rounds are enough for p50 and p90. The ways build on each other:
+//   - client-go: plain remotecommand exec of `true` (the floor);
+//   - go-start: exec of `airlock-init help` (one Go process start instead of a C one);
+//   - handoff: `airlock-init ctl` listing PID 1's registry (Go start + unix-socket hand-off to PID 1 + reply);
+//   - engine: a whole supervised run (adds the keeper, the command's start, pipes, output files, trailer);
+//   - gateway: the same over HTTP (auth, tenancy, sandbox lookup, JSON);
+//   - kubectl: `kubectl exec` for reference.
+// Then 20 concurrent calls through the gateway. Run: make bench-e2e.
 func BenchmarkExecTrue(b *testing.B) {
-	const rounds = 20
+	rounds := envInt("AIRLOCK_BENCH_ROUNDS", 60)
 	for b.Loop() {
 		g := gateway(b)
 		ns, key := gatewayTenant(b, 20)
@@ -37,11 +49,16 @@ func BenchmarkExecTrue(b *testing.B) {
 			b.Fatal(err)
 		}
 		ctx := context.Background()
-		ways := []struct {
-			name string
-			run  func() error
-		}{
-			{"client-go", func() error { return rawExec(ctx, rc, ns, id) }},
+		var list bytes.Buffer
+		if err := runwrap.WriteFrame(&list, &runwrap.Request{Op: runwrap.OpList}); err != nil {
+			b.Fatal(err)
+		}
+		ways := []way{
+			{"client-go", func() error { return rawExec(ctx, rc, ns, id, nil, "true") }},
+			{"go-start", func() error { return rawExec(ctx, rc, ns, id, nil, airlockexec.DefaultWrapperPath, "help") }},
+			{"handoff", func() error {
+				return rawExec(ctx, rc, ns, id, bytes.NewReader(list.Bytes()), airlockexec.DefaultWrapperPath, "ctl")
+			}},
 			{"engine", func() error {
 				res, err := engine.Run(ctx, airlockexec.Request{Namespace: ns, Pod: id, Container: "sandbox", Argv: []string{"true"}})
 				if err == nil && res.ExitCode != 0 {
@@ -60,22 +77,20 @@ func BenchmarkExecTrue(b *testing.B) {
 				return exec.Command(kubectlBin, "--kubeconfig", kubeconfig, "-n", ns, "exec", id, "-c", "sandbox", "--", "true").Run()
 			}},
 		}
-		medians := map[string]time.Duration{}
+		st := interleave(b, rounds, ways)
+		base := st["client-go"]
 		for _, w := range ways {
-			var d []time.Duration
-			for range rounds {
-				start := time.Now()
-				if err := w.run(); err != nil {
-					b.Fatalf("%s: %v", w.name, err)
-				}
-				d = append(d, time.Since(start))
-			}
-			medians[w.name] = median(d)
-			b.ReportMetric(float64(medians[w.name].Milliseconds()), w.name+"-ms")
+			s := st[w.name]
+			b.ReportMetric(ms(s.p50), w.name+"-p50-ms")
+			b.ReportMetric(ms(s.p90), w.name+"-p90-ms")
+			b.Logf("%-9s p50 %6.1f ms  p90 %6.1f ms  min %6.1f  max %6.1f  ratio p50 %.2f  p90 %.2f",
+				w.name, ms(s.p50), ms(s.p90), ms(s.min), ms(s.max), ms(s.p50)/ms(base.p50), ms(s.p90)/ms(base.p90))
 		}
-		for _, w := range []string{"engine", "gateway", "kubectl"} {
-			b.ReportMetric(medians[w].Seconds()/medians["client-go"].Seconds(), w+"/client-go")
-		}
+		b.ReportMetric(ms(st["gateway"].p50)/ms(base.p50), "gateway/client-go-p50")
+		b.ReportMetric(ms(st["gateway"].p90)/ms(base.p90), "gateway/client-go-p90")
+		b.Logf("breakdown (p50): go start vs C %+.1f ms, hand-off to PID 1 %+.1f ms, keeper+command+trailer %+.1f ms, HTTP layer %+.1f ms; load %s",
+			ms(st["go-start"].p50-base.p50), ms(st["handoff"].p50-st["go-start"].p50),
+			ms(st["engine"].p50-st["handoff"].p50), ms(st["gateway"].p50-st["engine"].p50), loadavg())
 
 		start := time.Now()
 		var wg sync.WaitGroup
@@ -97,20 +112,72 @@ func BenchmarkExecTrue(b *testing.B) {
 		}
 		conc := time.Since(start)
 		b.ReportMetric(conc.Seconds(), "20-concurrent-s")
-		b.Logf("medians over %d calls: client-go %s, engine %s, gateway %s, kubectl %s; 20 concurrent via gateway %s",
-			rounds, medians["client-go"], medians["engine"], medians["gateway"], medians["kubectl"], conc.Round(time.Millisecond))
+		b.Logf("20 concurrent via gateway %s", conc.Round(time.Millisecond))
 	}
 }
 
-func rawExec(ctx context.Context, rc rest.Interface, ns, pod string) error {
+// way is one of the things a benchmark compares.
+type way struct {
+	name string
+	run  func() error
+}
+
+type stats struct{ p50, p90, min, max time.Duration }
+
+// interleave runs every way once per round, rotating the order each round, and returns each way's stats.
+func interleave(b *testing.B, rounds int, ways []way) map[string]stats {
+	b.Helper()
+	d := make(map[string][]time.Duration, len(ways))
+	for r := range rounds {
+		for k := range ways {
+			w := ways[(r+k)%len(ways)]
+			start := time.Now()
+			if err := w.run(); err != nil {
+				b.Fatalf("%s (round %d): %v", w.name, r, err)
+			}
+			d[w.name] = append(d[w.name], time.Since(start))
+		}
+	}
+	out := make(map[string]stats, len(ways))
+	for name, v := range d {
+		slices.Sort(v)
+		out[name] = stats{p50: v[len(v)/2], p90: v[len(v)*9/10], min: v[0], max: v[len(v)-1]}
+	}
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// loadavg is the machine's load average, for the benchmark's log.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// rawExec runs argv in the pod's sandbox container with plain client-go (WebSocket), stdin if given.
+func rawExec(ctx context.Context, rc rest.Interface, ns, pod string, stdin io.Reader, argv ...string) error {
 	req := rc.Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: "sandbox", Command: []string{"true"}, Stdout: true, Stderr: true}, kscheme.ParameterCodec)
+		VersionedParams(&corev1.PodExecOptions{Container: "sandbox", Command: argv, Stdin: stdin != nil, Stdout: true, Stderr: true}, kscheme.ParameterCodec)
 	ex, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
 	if err != nil {
 		return err
 	}
 	var out bytes.Buffer
-	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
+	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &out})
 }
 
 // restClient is a plain core/v1 REST client for building exec URLs.
