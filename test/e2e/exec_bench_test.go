@@ -33,6 +33,7 @@ import (
 //   - engine: a whole supervised run (adds the keeper, the command's start, pipes, output files, trailer);
 //   - gateway: the same over HTTP (auth, tenancy, sandbox lookup, JSON);
 //   - kubectl: `kubectl exec` for reference.
+//
 // Then 20 concurrent calls through the gateway. Run: make bench-e2e.
 func BenchmarkExecTrue(b *testing.B) {
 	rounds := envInt("AIRLOCK_BENCH_ROUNDS", 60)
