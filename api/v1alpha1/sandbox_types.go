@@ -7,8 +7,9 @@ import (
 
 // SandboxSpec describes one disposable, isolated computer. Everything but timeout is fixed at creation,
 // because the sandbox's pod cannot change under a running agent.
+// +kubebuilder:validation:XValidation:rule="!has(self.idleTimeout) || !has(self.timeout) || duration(self.idleTimeout) <= duration(self.timeout)",message="spec.idleTimeout must not exceed spec.timeout: the hard timeout caps the whole lifetime"
 // +kubebuilder:validation:XValidation:rule="has(self.templateRef) != has(self.image)",message="exactly one of spec.templateRef or spec.image must be set"
-// +kubebuilder:validation:XValidation:rule="has(self.templateRef) == has(oldSelf.templateRef) && has(self.image) == has(oldSelf.image) && has(self.runtimeClassName) == has(oldSelf.runtimeClassName) && has(self.size) == has(oldSelf.size) && has(self.resources) == has(oldSelf.resources) && has(self.network) == has(oldSelf.network) && has(self.env) == has(oldSelf.env) && has(self.labels) == has(oldSelf.labels)",message="only spec.timeout may be added or changed after creation: templateRef, image, runtimeClassName, size, resources, network, env and labels are fixed"
+// +kubebuilder:validation:XValidation:rule="has(self.templateRef) == has(oldSelf.templateRef) && has(self.image) == has(oldSelf.image) && has(self.runtimeClassName) == has(oldSelf.runtimeClassName) && has(self.size) == has(oldSelf.size) && has(self.resources) == has(oldSelf.resources) && has(self.network) == has(oldSelf.network) && has(self.env) == has(oldSelf.env) && has(self.labels) == has(oldSelf.labels) && has(self.idleTimeout) == has(oldSelf.idleTimeout)",message="only spec.timeout may be added or changed after creation: templateRef, image, runtimeClassName, size, resources, network, env, labels and idleTimeout are fixed"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.timeout) || (has(self.timeout) && duration(self.timeout) >= duration(oldSelf.timeout))",message="spec.timeout may only grow"
 type SandboxSpec struct {
 	// TemplateRef names the SandboxTemplate, in the same namespace, that supplies the image and defaults.
@@ -50,6 +51,18 @@ type SandboxSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="spec.timeout must be greater than 0s and at most 24h"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// IdleTimeout expires the sandbox after this long without activity (an exec or a file transfer through the
+	// gateway, as recorded in status.lastActivityAt), counted from its container's start or its last activity,
+	// whichever is later. The hard timeout still caps the total. Defaults to the template's defaultIdleTimeout,
+	// else none; it may not exceed timeout. The gateway records activity at most every
+	// --activity-flush-interval (30s), so the idle expiry is precise to that interval.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="spec.idleTimeout must be greater than 0s and at most 24h"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.idleTimeout is immutable"
+	// +optional
+	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
 
 	// Network says what the sandbox may reach. Defaults to the template's, else mode None (no network).
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.network is immutable"
@@ -109,11 +122,12 @@ const (
 	// ConditionNetworkIsolated is True when our NetworkPolicy exists and matches the spec, no other policy
 	// selects the pod, and the pod's own probe saw a known-blocked address unreachable.
 	ConditionNetworkIsolated = "NetworkIsolated"
-	// ConditionExpired is True once the sandbox's hard expiry has passed.
+	// ConditionExpired is True once the sandbox's hard expiry (reason Expired) or its idle timeout (reason
+	// IdleTimeout) has passed.
 	ConditionExpired = "Expired"
 )
 
-// SandboxStatus is written by the controller only.
+// SandboxStatus is written by the controller, except lastActivityAt, which only the exec gateway writes.
 type SandboxStatus struct {
 	// Phase summarises the conditions: Pending, Ready, Expired, Terminating or Failed.
 	// +optional
@@ -172,6 +186,17 @@ type SandboxStatus struct {
 	// marked Expired and deleted.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+
+	// IdleTimeout is the effective idle timeout (spec.idleTimeout or the template's defaultIdleTimeout), fixed
+	// when the pod was created. Absent: the sandbox never expires for being idle.
+	// +optional
+	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
+
+	// LastActivityAt is the latest exec or file transfer the gateway recorded (at most once per
+	// --activity-flush-interval per gateway replica). The idle expiry is the later of startedAt and this, plus
+	// idleTimeout. Written by the gateway only; the controller only reads it.
+	// +optional
+	LastActivityAt *metav1.Time `json:"lastActivityAt,omitempty"`
 
 	// Usage is what the sandbox has used, recorded on each transition and finally on deletion.
 	// +optional

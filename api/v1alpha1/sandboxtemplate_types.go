@@ -7,6 +7,7 @@ import (
 // SandboxTemplateSpec is what sandboxes made from this template get unless they say otherwise. A sandbox
 // copies what it needs when its pod is created: editing a template never changes running sandboxes.
 // +kubebuilder:validation:XValidation:rule="!has(self.defaultTimeout) || !has(self.maxTimeout) || duration(self.defaultTimeout) <= duration(self.maxTimeout)",message="defaultTimeout must not exceed maxTimeout"
+// +kubebuilder:validation:XValidation:rule="!has(self.defaultIdleTimeout) || !has(self.defaultTimeout) || duration(self.defaultIdleTimeout) <= duration(self.defaultTimeout)",message="defaultIdleTimeout must not exceed defaultTimeout"
 type SandboxTemplateSpec struct {
 	// Image is the container image, e.g. localhost/airlock/sandbox-python:0.1.0. Any image works: Airlock
 	// brings its own init process and needs no daemon inside.
@@ -43,6 +44,14 @@ type SandboxTemplateSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="maxTimeout must be greater than 0s and at most 24h"
 	// +optional
 	MaxTimeout *metav1.Duration `json:"maxTimeout,omitempty"`
+
+	// DefaultIdleTimeout is the idle timeout of sandboxes that set none: they expire after this long without an
+	// exec or file transfer. None when empty.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="defaultIdleTimeout must be greater than 0s and at most 24h"
+	// +optional
+	DefaultIdleTimeout *metav1.Duration `json:"defaultIdleTimeout,omitempty"`
 
 	// Network is the default network of sandboxes that set none.
 	// +optional

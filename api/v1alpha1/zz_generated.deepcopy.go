@@ -184,6 +184,11 @@ func (in *SandboxSpec) DeepCopyInto(out *SandboxSpec) {
 		*out = new(metav1.Duration)
 		**out = **in
 	}
+	if in.IdleTimeout != nil {
+		in, out := &in.IdleTimeout, &out.IdleTimeout
+		*out = new(metav1.Duration)
+		**out = **in
+	}
 	if in.Network != nil {
 		in, out := &in.Network, &out.Network
 		*out = new(NetworkSpec)
@@ -237,6 +242,15 @@ func (in *SandboxStatus) DeepCopyInto(out *SandboxStatus) {
 	}
 	if in.ExpiresAt != nil {
 		in, out := &in.ExpiresAt, &out.ExpiresAt
+		*out = (*in).DeepCopy()
+	}
+	if in.IdleTimeout != nil {
+		in, out := &in.IdleTimeout, &out.IdleTimeout
+		*out = new(metav1.Duration)
+		**out = **in
+	}
+	if in.LastActivityAt != nil {
+		in, out := &in.LastActivityAt, &out.LastActivityAt
 		*out = (*in).DeepCopy()
 	}
 	if in.Usage != nil {
@@ -336,6 +350,11 @@ func (in *SandboxTemplateSpec) DeepCopyInto(out *SandboxTemplateSpec) {
 	}
 	if in.MaxTimeout != nil {
 		in, out := &in.MaxTimeout, &out.MaxTimeout
+		*out = new(metav1.Duration)
+		**out = **in
+	}
+	if in.DefaultIdleTimeout != nil {
+		in, out := &in.DefaultIdleTimeout, &out.DefaultIdleTimeout
 		*out = new(metav1.Duration)
 		**out = **in
 	}

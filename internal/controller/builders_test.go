@@ -27,6 +27,11 @@ func (b *sandboxBuilder) timeout(d time.Duration) *sandboxBuilder {
 	return b
 }
 
+func (b *sandboxBuilder) idleTimeout(d time.Duration) *sandboxBuilder {
+	b.s.Spec.IdleTimeout = &metav1.Duration{Duration: d}
+	return b
+}
+
 func (b *sandboxBuilder) runtime(rc string) *sandboxBuilder {
 	b.s.Spec.RuntimeClassName = &rc
 	return b

@@ -39,7 +39,9 @@ const (
 )
 
 // SandboxReconciler turns each Sandbox into one Pod and one NetworkPolicy, enforces its hard expiry and cleans
-// up on deletion. It is the only writer of Sandbox status.
+// up on deletion. It is the only writer of Sandbox status but status.lastActivityAt, which the exec gateway
+// patches and the reconciler only reads; its full-status updates carry the resourceVersion, so a concurrent
+// activity patch makes them conflict and retry rather than be lost.
 type SandboxReconciler struct {
 	client.Client
 	// APIReader reads past the cache; used only to confirm that a pod is really gone before failing a sandbox.
@@ -84,7 +86,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	r.computeExpiry(sbx, resolved, &obs)
-	if sandbox.Expired(obs.now, obs.expiresAt) {
+	if obs.expired() {
 		return ctrl.Result{}, ignoreConflict(r.expire(ctx, sbx, before, obs))
 	}
 	if obs.blocked == nil {
@@ -109,9 +111,12 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return r.requeue(obs), nil
 }
 
-// requeue wakes the sandbox at its expiry, or sooner when it is blocked on something nothing watches.
+// requeue wakes the sandbox at its nearer expiry (hard or idle), or sooner when it is blocked on something
+// nothing watches. Recorded activity moves the idle deadline later; its status write brings a reconcile that
+// requeues again, so waking at an outdated deadline only costs a look.
 func (r *SandboxReconciler) requeue(obs observation) ctrl.Result {
-	after := obs.expiresAt.Sub(obs.now)
+	at, _ := firstExpiry(obs.expiresAt, obs.idleExpiresAt)
+	after := at.Sub(obs.now)
 	if (obs.blocked != nil && obs.blocked.reason == ReasonPodRejected) || obs.evidenceErr != nil {
 		after = min(after, retryBlocked) // nodes are not watched
 	}

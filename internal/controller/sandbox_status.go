@@ -43,6 +43,8 @@ const (
 	ReasonRuntimeNotIsolating = "RuntimeNotIsolating"
 	// ReasonRuntimeMismatch: the pod, seen from inside, is not isolated the way its handler promises.
 	ReasonRuntimeMismatch = "RuntimeMismatch"
+	// ReasonIdleTimeout: the sandbox went its idle timeout without activity, before its hard expiry.
+	ReasonIdleTimeout = "IdleTimeout"
 )
 
 // blocker is a reason the sandbox cannot progress; permanent ones fail it.
@@ -62,14 +64,17 @@ const (
 
 // observation is everything one reconcile learned; status is a pure function of it.
 type observation struct {
-	now       time.Time
-	expiresAt *metav1.Time
-	deleting  bool
-	blocked   *blocker
-	pod       *corev1.Pod
-	podLost   bool
-	policy    policyState
-	others    []string
+	now time.Time
+	// expiresAt is the hard expiry; idleExpiresAt the idle deadline (nil without one), from idleTimeout.
+	expiresAt     *metav1.Time
+	idleExpiresAt *metav1.Time
+	idleTimeout   time.Duration
+	deleting      bool
+	blocked       *blocker
+	pod           *corev1.Pod
+	podLost       bool
+	policy        policyState
+	others        []string
 	// resolved is set when settings were resolved from the template; status snapshots it with the pod.
 	resolved *sandbox.Resolved
 	// evidence is the init container's checked verdict, read once; evidenceErr says why it proves nothing.
@@ -109,11 +114,12 @@ func computeStatus(sbx *airlockv1.Sandbox, obs observation) airlockv1.SandboxSta
 		c.LastTransitionTime = metav1.NewTime(obs.now)
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
-	expired := sandbox.Expired(obs.now, obs.expiresAt)
+	expired := obs.expired()
 	isolated := isolationCondition(obs, st.IsolationEvidence)
 	set(isolated)
-	set(expiredCondition(expired, obs.expiresAt))
-	ready := readyCondition(obs, expired, isolated)
+	exp := expiredCondition(obs)
+	set(exp)
+	ready := readyCondition(obs, exp, isolated)
 	set(ready)
 
 	phase := phaseOf(obs, expired, ready)
@@ -131,6 +137,9 @@ func snapshot(st *airlockv1.SandboxStatus, r sandbox.Resolved) {
 	st.RuntimeHandler = r.RuntimeHandler
 	st.Size = r.Size
 	st.MaxTimeout = &metav1.Duration{Duration: r.MaxTimeout}
+	if r.IdleTimeout > 0 {
+		st.IdleTimeout = &metav1.Duration{Duration: r.IdleTimeout}
+	}
 	st.Network = r.Network.DeepCopy()
 }
 
@@ -148,13 +157,15 @@ func phaseOf(obs observation, expired bool, ready metav1.Condition) airlockv1.Sa
 	return airlockv1.PhasePending
 }
 
-func readyCondition(obs observation, expired bool, isolated metav1.Condition) metav1.Condition {
+func readyCondition(obs observation, expired, isolated metav1.Condition) metav1.Condition {
 	c := metav1.Condition{Type: airlockv1.ConditionReady, Status: metav1.ConditionFalse}
 	pod := obs.pod
 	switch {
 	case obs.deleting:
 		c.Reason, c.Message = ReasonTerminating, "the sandbox is being deleted"
-	case expired:
+	case expired.Status == metav1.ConditionTrue && expired.Reason == ReasonIdleTimeout:
+		c.Reason, c.Message = ReasonIdleTimeout, "the sandbox expired after "+obs.idleTimeout.String()+" without activity"
+	case expired.Status == metav1.ConditionTrue:
 		c.Reason, c.Message = ReasonExpired, "the sandbox reached its hard expiry"
 	case obs.podLost:
 		c.Reason, c.Message = ReasonPodLost, "the sandbox's pod disappeared; its files are gone and it is not replaced"
@@ -224,17 +235,6 @@ func gateState(pod *corev1.Pod, ev *airlockv1.IsolationEvidence, evidenceErr err
 		}
 	}
 	return gate{reason: ReasonGatePending, message: "waiting for the pod's network probe"}
-}
-
-func expiredCondition(expired bool, at *metav1.Time) metav1.Condition {
-	c := metav1.Condition{Type: airlockv1.ConditionExpired, Status: metav1.ConditionFalse, Reason: ReasonNotExpired}
-	if at != nil {
-		c.Message = "expires at " + at.UTC().Format(time.RFC3339)
-	}
-	if expired {
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonExpired
-	}
-	return c
 }
 
 func containerRunning(pod *corev1.Pod) bool {

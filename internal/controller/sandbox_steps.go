@@ -96,10 +96,14 @@ func fromSnapshot(sbx *airlockv1.Sandbox) sandbox.Resolved {
 	if sbx.Status.MaxTimeout != nil {
 		res.MaxTimeout = sbx.Status.MaxTimeout.Duration
 	}
+	if sbx.Status.IdleTimeout != nil {
+		res.IdleTimeout = sbx.Status.IdleTimeout.Duration
+	}
 	return res
 }
 
-// computeExpiry fixes the absolute expiry the first time and moves it only when spec.timeout grows.
+// computeExpiry fixes the absolute hard expiry the first time and moves it only when spec.timeout grows, and
+// computes the idle deadline from status.lastActivityAt.
 func (r *SandboxReconciler) computeExpiry(sbx *airlockv1.Sandbox, res sandbox.Resolved, obs *observation) {
 	maxTimeout := res.MaxTimeout
 	if sbx.Status.MaxTimeout != nil {
@@ -107,6 +111,8 @@ func (r *SandboxReconciler) computeExpiry(sbx *airlockv1.Sandbox, res sandbox.Re
 	}
 	at := sandbox.ExpiresAt(sbx.CreationTimestamp.Time, res.Timeout, sbx.Spec.Timeout, maxTimeout, sbx.Status.ExpiresAt)
 	obs.expiresAt = &metav1.Time{Time: at}
+	obs.idleTimeout = res.IdleTimeout
+	obs.idleExpiresAt = idleDeadline(&sbx.Status, res.IdleTimeout)
 }
 
 // expire marks the sandbox Expired, then deletes it; the finalizer does the cleanup.
@@ -297,6 +303,10 @@ func (r *SandboxReconciler) recordTransitions(sbx *airlockv1.Sandbox, before *ai
 		case airlockv1.PhaseFailed:
 			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "Failed", "Fail", "%s", readyMessage(after))
 		case airlockv1.PhaseExpired:
+			if c := meta.FindStatusCondition(after.Conditions, airlockv1.ConditionExpired); c != nil && c.Reason == ReasonIdleTimeout {
+				r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, ReasonIdleTimeout, "Expire", "%s; deleting", c.Message)
+				break
+			}
 			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Expired", "Expire",
 				"reached its hard expiry %s; deleting", after.ExpiresAt.UTC().Format(time.RFC3339))
 		}

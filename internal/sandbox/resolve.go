@@ -53,10 +53,12 @@ type Resolved struct {
 	Timeout time.Duration
 	// MaxTimeout is the most the timeout may ever be raised to.
 	MaxTimeout time.Duration
-	Network    airlockv1.NetworkSpec
-	Env        []airlockv1.EnvVar
-	RunAsRoot  bool
-	Labels     map[string]string
+	// IdleTimeout expires the sandbox after this long without activity; 0 means never.
+	IdleTimeout time.Duration
+	Network     airlockv1.NetworkSpec
+	Env         []airlockv1.EnvVar
+	RunAsRoot   bool
+	Labels      map[string]string
 }
 
 // DefaultWorkingDir is where commands run and files persist when the Sandbox does not say.
@@ -115,6 +117,17 @@ func Resolve(sbx *airlockv1.Sandbox, tmpl *airlockv1.SandboxTemplate, d Defaults
 		r.Timeout = sbx.Spec.Timeout.Duration
 	}
 	r.Timeout = min(r.Timeout, r.MaxTimeout)
+	switch {
+	case sbx.Spec.IdleTimeout != nil:
+		r.IdleTimeout = sbx.Spec.IdleTimeout.Duration
+		// The API server checks this only against a spec.timeout; the template or the operator may supply it.
+		if r.IdleTimeout > r.Timeout {
+			return Resolved{}, fmt.Errorf("spec.idleTimeout %s exceeds the sandbox's timeout %s, which caps its whole lifetime: set a longer spec.timeout", r.IdleTimeout, r.Timeout)
+		}
+	case ts.DefaultIdleTimeout != nil:
+		// A template default longer than this sandbox's timeout simply never fires first.
+		r.IdleTimeout = ts.DefaultIdleTimeout.Duration
+	}
 	return r, nil
 }
 

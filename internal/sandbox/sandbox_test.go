@@ -232,6 +232,62 @@ func TestExpiresAt(t *testing.T) {
 	}
 }
 
+func TestIdleDeadline(t *testing.T) {
+	started := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: started.Add(d)} }
+	tests := map[string]struct {
+		started, last *metav1.Time
+		idle          time.Duration
+		want          *metav1.Time
+	}{
+		"no idle timeout never idles":            {at(0), at(time.Minute), 0, nil},
+		"not started yet: no idle clock":         {nil, nil, 10 * time.Minute, nil},
+		"no activity yet: counted from start":    {at(0), nil, 10 * time.Minute, at(10 * time.Minute)},
+		"activity pushes the deadline":           {at(0), at(7 * time.Minute), 10 * time.Minute, at(17 * time.Minute)},
+		"activity before the start is the start": {at(0), at(-time.Minute), 10 * time.Minute, at(10 * time.Minute)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := IdleDeadline(tc.started, tc.last, tc.idle)
+			if (got == nil) != (tc.want == nil) || (got != nil && !got.Equal(tc.want)) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestResolveIdleTimeout(t *testing.T) {
+	tmpl := &airlockv1.SandboxTemplate{Spec: airlockv1.SandboxTemplateSpec{Image: "img", DefaultIdleTimeout: dur(15 * time.Minute)}}
+	d := DefaultDefaults()
+	tests := map[string]struct {
+		sbx     *airlockv1.Sandbox
+		tmpl    *airlockv1.SandboxTemplate
+		want    time.Duration
+		wantErr string
+	}{
+		"none anywhere":        {sbx(), nil, 0, ""},
+		"template default":     {sbx(), tmpl, 15 * time.Minute, ""},
+		"sandbox wins":         {sbx(func(s *airlockv1.Sandbox) { s.Spec.IdleTimeout = dur(5 * time.Minute) }), tmpl, 5 * time.Minute, ""},
+		"equal to the timeout": {sbx(func(s *airlockv1.Sandbox) { s.Spec.IdleTimeout = dur(30 * time.Minute) }), nil, 30 * time.Minute, ""},
+		"longer than the operator's default timeout": {sbx(func(s *airlockv1.Sandbox) { s.Spec.IdleTimeout = dur(time.Hour) }), nil, 0,
+			"spec.idleTimeout 1h0m0s exceeds the sandbox's timeout 30m0s"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r, err := Resolve(tc.sbx, tc.tmpl, d)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || r.IdleTimeout != tc.want {
+				t.Errorf("idle %v err %v, want %v", r.IdleTimeout, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestUsageSecondsRoundsUp(t *testing.T) {
 	start := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	expect(t, UsageSeconds(&start, start.Add(1500*time.Millisecond)), int64(2))

@@ -22,6 +22,20 @@ func ExpiresAt(created time.Time, resolvedTimeout time.Duration, specTimeout *me
 	return at
 }
 
+// IdleDeadline is when a sandbox expires for want of activity: idle after the later of its container's start
+// and its last recorded activity. Nil without an idle timeout or before the container started: the idle clock
+// runs only once commands can.
+func IdleDeadline(startedAt, lastActivity *metav1.Time, idle time.Duration) *metav1.Time {
+	if idle <= 0 || startedAt == nil {
+		return nil
+	}
+	from := startedAt.Time
+	if lastActivity != nil && lastActivity.After(from) {
+		from = lastActivity.Time
+	}
+	return &metav1.Time{Time: from.Add(idle)}
+}
+
 // Expired tells whether the expiry has passed at now.
 func Expired(now time.Time, expiresAt *metav1.Time) bool {
 	return expiresAt != nil && !now.Before(expiresAt.Time)
