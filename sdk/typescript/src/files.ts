@@ -1,4 +1,4 @@
-import { AirlockError, ConflictError, ConnectionError, NotFoundError } from "./errors.js";
+import { AirlockError, ConflictError, ConnectionError, NotFoundError, SandboxLostError } from "./errors.js";
 import type { ExecResult } from "./result.js";
 import type { Sandbox } from "./sandbox.js";
 
@@ -17,11 +17,6 @@ const transferTimeoutMs = 5 * 60_000;
 
 const types: Record<string, FileEntry["type"]> = { f: "file", d: "directory", l: "symlink" };
 
-function dirname(path: string): string {
-  const i = path.replace(/\/+$/, "").lastIndexOf("/");
-  return i < 0 ? "." : i === 0 ? "/" : path.slice(0, i);
-}
-
 /**
  * The sandbox's files. Relative paths are relative to the working directory; absolute paths may be anywhere
  * the sandbox user may write (transfers run as that user, inside the sandbox).
@@ -29,22 +24,13 @@ function dirname(path: string): string {
 export class Files {
   constructor(private readonly sbx: Sandbox) {}
 
-  /** Writes a file, replacing it atomically, and creates its parent directories. */
+  /** Writes a file, replacing it atomically; the gateway creates missing parent directories. */
   async write(path: string, data: string | Uint8Array | ArrayBuffer): Promise<{ path: string; bytes: number }> {
     const body = typeof data === "string" ? new TextEncoder().encode(data) : data instanceof Uint8Array ? data : new Uint8Array(data);
-    const put = () =>
-      this.sbx.transport.json<{ path: string; bytes: number }>({
-        method: "PUT", path: `/v1/sandboxes/${encodeURIComponent(this.sbx.id)}/files`, query: { path },
-        body, contentType: "application/octet-stream", idempotent: true, timeoutMs: transferTimeoutMs,
-      });
-    try {
-      return await put();
-    } catch (err) {
-      // The gateway writes into an existing directory only: make the parents, then write once more.
-      if (!(err instanceof NotFoundError && err.field === "path")) throw err;
-      this.check(await this.sbx.exec(["mkdir", "-p", "--", dirname(path)], { timeoutSeconds: 30 }), "mkdir", path);
-      return await put();
-    }
+    return this.sbx.transport.json<{ path: string; bytes: number }>({
+      method: "PUT", path: `/v1/sandboxes/${encodeURIComponent(this.sbx.id)}/files`, query: { path },
+      body, contentType: "application/octet-stream", idempotent: true, timeoutMs: transferTimeoutMs,
+    });
   }
 
   /** Reads a file's bytes. */
@@ -105,9 +91,11 @@ export class Files {
   }
 
   private check(r: ExecResult, op: string, path: string): void {
-    if (r.outcome === "exited" && r.exitCode === 0) return;
-    const why = r.stderr.trim() || `${r.outcome}, exit code ${r.exitCode}`;
+    if (r.outcome !== "exited") {
+      throw new SandboxLostError(`${op} ${path} did not complete: ${r.outcome}${r.detail ? ` (${r.detail})` : ""}`, 502, "sandbox_lost");
+    }
+    if (r.exitCode === 0) return;
     if (r.exitCode === 2 && op === "list") throw new NotFoundError(`path: ${path} does not exist`, 404, "not_found", "path");
-    throw new ConflictError(`${op} ${path}: ${why}`, 409, "conflict");
+    throw new ConflictError(`${op} ${path}: ${r.stderr.trim() || `exit code ${r.exitCode}`}`, 409, "conflict");
   }
 }

@@ -9,7 +9,8 @@ import {
 import { Files } from "./files.js";
 import { Transport, type ConnectionOptions } from "./http.js";
 import { resultFromWire, type ExecResult, type WireExecResult } from "./result.js";
-import { runTool, type ToolInput } from "./tools.js";
+import type { ObservationOptions } from "./observation.js";
+import { runTool, toolsFrom, type AnthropicTool, type OpenAITool, type ToolInput } from "./tools.js";
 
 export type Network = "none" | "off" | "restricted";
 
@@ -248,8 +249,16 @@ export class Sandbox {
   }
 
   /** Runs one model tool call (`run_command` or `run_python`) and returns the observation text for the model. */
-  runTool(name: string, input: ToolInput): Promise<string> {
-    return runTool(this, name, input);
+  runTool(name: string, input: ToolInput, options?: ObservationOptions): Promise<string> {
+    return runTool(this, name, input, options);
+  }
+
+  /** run_command and run_python as the gateway describes them for this sandbox's template. */
+  async tools(format: "anthropic"): Promise<AnthropicTool[]>;
+  async tools(format: "openai"): Promise<OpenAITool[]>;
+  async tools(format: "anthropic" | "openai"): Promise<AnthropicTool[] | OpenAITool[]> {
+    const { template } = await this.info();
+    return toolsFrom(this.transport, format, template);
   }
 
   /** Sets the sandbox's total lifetime, counted from its creation. It can only grow. */

@@ -3,14 +3,19 @@ import { Transport, type ConnectionOptions } from "./http.js";
 import { formatObservation, type ObservationOptions } from "./observation.js";
 import type { Sandbox } from "./sandbox.js";
 
-/** What the tool descriptions say about the sandbox; what is not known is left out rather than guessed. */
+/**
+ * What the tool descriptions tell a model about its sandbox; what is not given is not claimed. The gateway
+ * fills it from the template (`fetchTools`, `sbx.tools()`).
+ */
 export interface ToolContext {
-  /** What the template has installed, e.g. "Python 3.11 with pip, Node.js 20, git". */
+  /** What the image has, e.g. "Python 3.11 (python, pip), Node.js 18 (npm), git". */
   installed?: string;
   /** `none` or `restricted`. */
   network?: string;
-  /** Default `/home/sandbox`. */
+  /** Where commands start; default `/home/sandbox`. */
   workingDir?: string;
+  /** A command's limit when the model gives none; default 60000. */
+  defaultTimeoutMs?: number;
 }
 
 /** A tool as a name, a description and the JSON Schema of its input. */
@@ -36,47 +41,38 @@ export type ToolInput = Record<string, unknown>;
 
 const defaultTimeoutMs = 60_000;
 
-function environment(ctx: ToolContext): string {
-  const wd = ctx.workingDir ?? "/home/sandbox";
-  const parts = [
-    `It runs in this conversation's own Linux sandbox; files and installed packages persist between calls for the rest of the conversation.`,
-    `The working directory is ${wd}${wd === "/home/sandbox" ? " (also reachable as /workspace)" : ""}.`,
-    `stdin is closed, so interactive commands (prompts, editors, REPLs) get no input and run until they time out.`,
-  ];
-  if (ctx.installed) parts.push(`Installed: ${ctx.installed}.`);
-  if (ctx.network === "none") parts.push("There is no network access.");
-  if (ctx.network === "restricted") parts.push("Network access is restricted to the destinations the operator allowed.");
-  parts.push("The result shows the exit code, stderr and then stdout; long output keeps its end.");
-  return parts.join(" ");
-}
-
-/** run_command and run_python, neutral form; the provider forms below are made from these. */
+/** run_command and run_python, provider-neutral; word for word what the Go and Python SDKs and the gateway say. */
 export function toolDefinitions(ctx: ToolContext = {}): ToolDefinition[] {
-  const env = environment(ctx);
+  const ms = ctx.defaultTimeoutMs ?? defaultTimeoutMs;
+  let env = "";
+  if (ctx.installed) env += ` Installed: ${ctx.installed.replace(/\.$/, "")}.`;
+  env += ` The working directory is ${ctx.workingDir ?? "/home/sandbox"}; files written and packages installed there persist between calls` +
+    " within this conversation.";
+  env += " Stdin is closed, so interactive commands (prompts, editors, REPLs) wait and time out: pass" +
+    " non-interactive flags such as -y.";
+  if (ctx.network === "none") env += " The sandbox has no network access: downloads (pip install, npm install, curl) fail.";
+  if (ctx.network === "restricted") env += " Network access is restricted to the destinations the platform allows; others fail.";
+  env += " The result gives the exit code, then the end of stderr and stdout; long output keeps its tail" +
+    " and names the file in the sandbox with all of it.";
+  const timeout = {
+    type: "integer", minimum: 1, default: ms,
+    description: `Time limit in milliseconds (default ${ms}); at the limit the command and everything it started are killed.`,
+  };
   return [
     {
       name: "run_command",
-      description: `Run one shell command (/bin/sh -c) and return its exit code and output. ${env} ` +
-        `It is killed after timeout_ms (default ${defaultTimeoutMs}).`,
+      description: `Run one shell command (sh -c) in a Linux sandbox, time limit ${ms} ms unless timeout_ms says otherwise.` + env,
       inputSchema: {
-        type: "object",
-        properties: {
-          command: { type: "string", description: "The shell command, e.g. `pip install numpy` or `ls -la`." },
-          timeout_ms: { type: "integer", description: `Kill the command after this many milliseconds; default ${defaultTimeoutMs}.`, minimum: 1 },
-        },
-        required: ["command"],
-        additionalProperties: false,
+        type: "object", required: ["command"],
+        properties: { command: { type: "string", description: "The shell command to run." }, timeout_ms: timeout },
       },
     },
     {
       name: "run_python",
-      description: `Run a Python 3 program and return its exit code and output; print what you want to see. ${env} ` +
-        `It is killed after ${defaultTimeoutMs / 1000} seconds.`,
+      description: `Run a Python program in a Linux sandbox (written to a file and run with python3), time limit ${ms} ms; print what you need to see.` + env,
       inputSchema: {
-        type: "object",
-        properties: { code: { type: "string", description: "The whole program, as a file's contents." } },
-        required: ["code"],
-        additionalProperties: false,
+        type: "object", required: ["code"],
+        properties: { code: { type: "string", description: "The complete Python program." } },
       },
     },
   ];
@@ -95,35 +91,29 @@ export function openaiTools(ctx?: ToolContext): OpenAITool[] {
   }));
 }
 
-/**
- * A tool of the Vercel AI SDK (5 or later) without depending on it: `inputSchema` is the SDK's JSON Schema
- * form, what its `jsonSchema()` makes, recognised by the symbol it registers globally.
- */
-export interface VercelTool {
+/** A Vercel AI SDK tool; `S` is what the SDK's `jsonSchema()` returns. */
+export interface VercelTool<S> {
   description: string;
-  inputSchema: { jsonSchema: Record<string, unknown>; validate: (value: unknown) => { success: true; value: ToolInput } | { success: false; error: Error } };
+  inputSchema: S;
   execute: (input: ToolInput) => Promise<string>;
 }
 
-/** The tools for the Vercel AI SDK's `generateText`/`streamText` (`tools: vercelTools(sbx)`), run in `sbx`. */
-export function vercelTools(sbx: Sandbox, ctx?: ToolContext, options?: ObservationOptions): Record<string, VercelTool> {
-  const out: Record<string, VercelTool> = {};
-  for (const t of toolDefinitions(ctx)) {
-    const required = t.inputSchema.required as string[];
-    out[t.name] = {
-      description: t.description,
-      inputSchema: {
-        [Symbol.for("vercel.ai.schema")]: true,
-        jsonSchema: t.inputSchema,
-        validate: (value) =>
-          typeof value === "object" && value !== null && required.every((k) => typeof (value as ToolInput)[k] === "string")
-            ? { success: true, value: value as ToolInput }
-            : { success: false, error: new Error(`${t.name} needs ${required.map((k) => `a string "${k}"`).join(" and ")}`) },
-      } as VercelTool["inputSchema"],
-      execute: (input) => runTool(sbx, t.name, input, options),
-    };
-  }
-  return out;
+/**
+ * The tools for the Vercel AI SDK (5 or later), run in `sbx`: `tools: vercelTools(sbx, jsonSchema)` with
+ * `jsonSchema` imported from "ai", so that this package needs no dependency on it.
+ */
+export function vercelTools<S>(
+  sbx: Sandbox,
+  jsonSchema: (schema: any) => S,
+  ctx?: ToolContext,
+  options?: ObservationOptions,
+): Record<"run_command" | "run_python", VercelTool<S>> {
+  const [command, python] = toolDefinitions(ctx).map((t) => ({
+    description: t.description,
+    inputSchema: jsonSchema(t.inputSchema),
+    execute: (input: ToolInput) => runTool(sbx, t.name, input, options),
+  }));
+  return { run_command: command!, run_python: python! };
 }
 
 export interface FetchToolsOptions extends ConnectionOptions {
@@ -139,9 +129,14 @@ export interface FetchToolsOptions extends ConnectionOptions {
 export async function fetchTools(options: FetchToolsOptions & { format: "anthropic" }): Promise<AnthropicTool[]>;
 export async function fetchTools(options: FetchToolsOptions & { format: "openai" }): Promise<OpenAITool[]>;
 export async function fetchTools(options: FetchToolsOptions): Promise<AnthropicTool[] | OpenAITool[]> {
-  const query: Record<string, string> = { format: options.format };
-  if (options.template) query.template = options.template;
-  const out = await new Transport(options).json<{ tools: AnthropicTool[] | OpenAITool[] }>({
+  return toolsFrom(new Transport(options), options.format, options.template);
+}
+
+/** @internal */
+export async function toolsFrom(transport: Transport, format: string, template?: string): Promise<AnthropicTool[] | OpenAITool[]> {
+  const query: Record<string, string> = { format };
+  if (template) query.template = template;
+  const out = await transport.json<{ tools: AnthropicTool[] | OpenAITool[] }>({
     method: "GET", path: "/v1/tools", query, idempotent: true, timeoutMs: 30_000,
   });
   return out.tools;
@@ -152,18 +147,19 @@ export async function fetchTools(options: FetchToolsOptions): Promise<AnthropicT
  * model got wrong is answered with a message it can act on; an unknown tool name is the caller's bug and throws.
  */
 export async function runTool(sbx: Sandbox, name: string, input: ToolInput, options?: ObservationOptions): Promise<string> {
+  const ms = typeof input?.timeout_ms === "number" && input.timeout_ms > 0 ? input.timeout_ms : defaultTimeoutMs;
   switch (name) {
     case "run_command": {
       if (typeof input?.command !== "string") return 'error: run_command needs a string "command"';
-      const ms = typeof input.timeout_ms === "number" && input.timeout_ms > 0 ? input.timeout_ms : defaultTimeoutMs;
       return formatObservation(await sbx.exec(input.command, { timeoutSeconds: ms / 1000 }), options);
     }
     case "run_python": {
       if (typeof input?.code !== "string") return 'error: run_python needs a string "code"';
-      // One call: the program goes in on stdin and is saved to a file first, so tracebacks quote its lines.
+      // One call: the program arrives on stdin and is saved to a file of its own before it runs, so tracebacks
+      // quote its lines and calls the model makes in parallel do not overwrite each other's program.
       const file = `.airlock/run_python/${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}.py`;
       const script = 'mkdir -p .airlock/run_python && cat > "$1" && exec python3 "$1" </dev/null';
-      return formatObservation(await sbx.exec(["sh", "-c", script, "sh", file], { stdin: input.code, timeoutSeconds: defaultTimeoutMs / 1000 }), options);
+      return formatObservation(await sbx.exec(["sh", "-c", script, "sh", file], { stdin: input.code, timeoutSeconds: ms / 1000 }), options);
     }
   }
   throw new InvalidRequestError(`unknown tool ${JSON.stringify(name)}: Airlock's tools are run_command and run_python`, 0, "invalid_request", "name");
