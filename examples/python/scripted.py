@@ -17,8 +17,9 @@ FIXED = BUGGY.replace("primes[1000]", "primes[999]")
 
 
 def _ns(d):
+    """Objects with attributes, as the official clients return; a tool call's input stays a dict, as there."""
     if isinstance(d, dict):
-        return SimpleNamespace(**{k: _ns(v) for k, v in d.items()})
+        return SimpleNamespace(**{k: v if k == "input" else _ns(v) for k, v in d.items()})
     if isinstance(d, list):
         return [_ns(v) for v in d]
     return d
