@@ -129,7 +129,16 @@ func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOpt
 		}
 		for _, t := range list.Items {
 			cp := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: t.Name, Namespace: name}}
-			if _, err := createOrUpdate(ctx, c, cp, func() { cp.Spec = t.Spec }); err != nil {
+			if _, err := createOrUpdate(ctx, c, cp, func() {
+				cp.Spec = t.Spec
+				// Airlock's own annotations describe the template (e.g. what is installed, for the tool
+				// descriptions): they travel with it.
+				for k, v := range t.Annotations {
+					if strings.HasPrefix(k, "sandbox.airlock.dev/") {
+						metav1.SetMetaDataAnnotation(&cp.ObjectMeta, k, v)
+					}
+				}
+			}); err != nil {
 				return fmt.Errorf("template %s: %w", t.Name, err)
 			}
 		}

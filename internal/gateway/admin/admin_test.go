@@ -126,3 +126,24 @@ func TestCreateKeyNeedsATenant(t *testing.T) {
 		t.Fatalf("key for a tenant: %v", err)
 	}
 }
+
+// --templates-from copies the spec and Airlock's own annotations (what the tool descriptions quote), not others.
+func TestCreateTenantCopiesTemplateAnnotations(t *testing.T) {
+	ctx := context.Background()
+	src := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "python-node", Namespace: "airlock-system",
+		Annotations: map[string]string{"sandbox.airlock.dev/installed": "Python 3.11", "example.com/other": "x"}},
+		Spec: airlockv1.SandboxTemplateSpec{Image: "img"}}
+	c := fakeCluster(t, readyQuota("team-a"), src)
+	o := cliOptions()
+	o.TemplatesFrom = "airlock-system"
+	if err := CreateTenant(ctx, c, "team-a", o); err != nil {
+		t.Fatal(err)
+	}
+	var got airlockv1.SandboxTemplate
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "python-node"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Image != "img" || got.Annotations["sandbox.airlock.dev/installed"] != "Python 3.11" || got.Annotations["example.com/other"] != "" {
+		t.Fatalf("copied template: %+v %v", got.Spec, got.Annotations)
+	}
+}
