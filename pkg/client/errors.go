@@ -32,7 +32,7 @@ var (
 
 // Error is the gateway's error answer: {"error": {"code", "message", "field"?, "phase"?, "reason"?}}.
 type Error struct {
-	Status  int    // HTTP status
+	Status  int    // HTTP status; 0 for an error line that ended an NDJSON stream after its 200
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`

@@ -109,12 +109,20 @@ class AsyncSandbox:
         """Create a sandbox and wait until it is Ready. network: "none" (or "off") or "restricted"."""
         c = _AsyncClient(_core.Config.resolve(api_key, base_url))
         body = _core.create_body(template, size, timeout_minutes, network, env, metadata)
-        return cls((await c.request("POST", "/v1/sandboxes", json=body)).json()["id"], c)
+        try:
+            return cls((await c.request("POST", "/v1/sandboxes", json=body)).json()["id"], c)
+        except BaseException:
+            await c.http.aclose()
+            raise
 
     @classmethod
     async def connect(cls, id: str, api_key: Optional[str] = None, base_url: Optional[str] = None) -> "AsyncSandbox":
         sbx = cls(id, _AsyncClient(_core.Config.resolve(api_key, base_url)))
-        await sbx.info()
+        try:
+            await sbx.info()
+        except BaseException:
+            await sbx.close()
+            raise
         return sbx
 
     @classmethod

@@ -106,12 +106,20 @@ class Sandbox:
         """Create a sandbox and wait until it is Ready. network: "none" (or "off") or "restricted"."""
         c = _Client(_core.Config.resolve(api_key, base_url))
         body = _core.create_body(template, size, timeout_minutes, network, env, metadata)
-        return cls(c.request("POST", "/v1/sandboxes", json=body).json()["id"], c)
+        try:
+            return cls(c.request("POST", "/v1/sandboxes", json=body).json()["id"], c)
+        except BaseException:
+            c.http.close()
+            raise
 
     @classmethod
     def connect(cls, id: str, api_key: Optional[str] = None, base_url: Optional[str] = None) -> "Sandbox":
         sbx = cls(id, _Client(_core.Config.resolve(api_key, base_url)))
-        sbx.info()
+        try:
+            sbx.info()
+        except BaseException:
+            sbx.close()
+            raise
         return sbx
 
     @classmethod
