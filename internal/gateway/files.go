@@ -356,7 +356,7 @@ func uploadError(err error) *Error {
 	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: "body: the upload did not arrive whole: " + err.Error() + "; nothing was written"}
 }
 
-// fileCall does what GET and PUT share: the ready sandbox, the confined path, a concurrency slot and the
+// fileCall does what GET and PUT share: the ready sandbox, the resolved path, a concurrency slot and the
 // transfer's memory.
 func (s *Server) fileCall(r *http.Request, p auth.Principal) (*airlockv1.Sandbox, string, func(), *Error) {
 	id, e := sandboxID(r)
@@ -380,7 +380,8 @@ func (s *Server) fileCall(r *http.Request, p auth.Principal) (*airlockv1.Sandbox
 		release()
 		return nil, "", nil, e
 	}
-	return sb, full, func() { mem.release(); release() }, nil
+	busy := s.opts.Activity.Begin(sb.Namespace, sb.Name)
+	return sb, full, func() { busy(); mem.release(); release() }, nil
 }
 
 // toolFailure maps a failed helper's stderr to a status.
