@@ -380,8 +380,7 @@ func (s *Server) fileCall(r *http.Request, p auth.Principal) (*airlockv1.Sandbox
 		release()
 		return nil, "", nil, e
 	}
-	busy := s.opts.Activity.Begin(sb.Namespace, sb.Name)
-	return sb, full, func() { busy(); mem.release(); release() }, nil
+	return sb, full, func() { mem.release(); release() }, nil
 }
 
 // toolFailure maps a failed helper's stderr to a status.
