@@ -7,7 +7,7 @@ export type { ExecResult, Outcome, StreamTruncation, WireExecResult } from "./re
 export { formatObservation } from "./observation.js";
 export type { ObservationOptions } from "./observation.js";
 export { anthropicTools, fetchTools, openaiTools, runTool, toolDefinitions, vercelTools } from "./tools.js";
-export type { AnthropicTool, FetchToolsOptions, OpenAITool, ToolContext, ToolDefinition, ToolInput, VercelTool } from "./tools.js";
+export type { AnthropicTool, FetchToolsOptions, InputSchema, OpenAITool, ToolContext, ToolDefinition, ToolInput, VercelTool } from "./tools.js";
 export {
   AirlockError,
   AuthenticationError,

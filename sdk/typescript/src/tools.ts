@@ -18,22 +18,30 @@ export interface ToolContext {
   defaultTimeoutMs?: number;
 }
 
+/** The JSON Schema of a tool's input. */
+export interface InputSchema {
+  type: "object";
+  properties: Record<string, unknown>;
+  required: string[];
+  [key: string]: unknown;
+}
+
 /** A tool as a name, a description and the JSON Schema of its input. */
 export interface ToolDefinition {
   name: "run_command" | "run_python";
   description: string;
-  inputSchema: Record<string, unknown>;
+  inputSchema: InputSchema;
 }
 
 export interface AnthropicTool {
   name: string;
   description: string;
-  input_schema: Record<string, unknown>;
+  input_schema: InputSchema;
 }
 
 export interface OpenAITool {
   type: "function";
-  function: { name: string; description: string; parameters: Record<string, unknown> };
+  function: { name: string; description: string; parameters: InputSchema };
 }
 
 /** The input a model sends: `{command, timeout_ms?}` for run_command, `{code}` for run_python. */
