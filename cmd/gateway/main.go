@@ -22,6 +22,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -42,6 +43,7 @@ type flags struct {
 	createRate                                      float64
 	createBurst, maxExecs                           int
 	logCommands, devLogs                            bool
+	activityFlush                                   time.Duration
 }
 
 func parseFlags() flags {
@@ -66,6 +68,7 @@ func parseFlags() flags {
 	fs.BoolVar(&f.logCommands, "log-commands", false, "log each command's argv or shell string (off: commands may carry secrets)")
 	fs.BoolVar(&f.devLogs, "dev-logs", false, "human-readable logs instead of JSON")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running requests may finish")
+	fs.DurationVar(&f.activityFlush, "activity-flush-interval", gateway.DefaultActivityFlushInterval, "at most how often this replica writes one sandbox's status.lastActivityAt after an exec or file transfer; idle expiry (spec.idleTimeout) is precise to it")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: gateway [flags]\n\nAirlock's HTTP API for agents (see docs/gateway.md). Flags:\n\n")
 		fs.PrintDefaults()
@@ -197,6 +200,11 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
+	activity, err := gateway.NewActivity(c, f.activityFlush, clock.RealClock{}, log.WithName("activity"))
+	if err != nil {
+		return nil, err
+	}
+	go activity.Run(ctx)
 	inflight := memoryPlan(f, log)
 	srv, err := gateway.New(gateway.Options{
 		Client: c, Reader: ca, Engine: engine, Auth: keys,
@@ -207,7 +215,7 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 		DefaultOutputBytes: f.defaultOutput, MaxBodyBytes: f.maxBody, MaxFileBytes: f.maxFile,
 		CreateRate: f.createRate, CreateBurst: f.createBurst, MaxExecsPerTenant: f.maxExecs,
 		MaxInflightBytes: inflight, MaxInflightBytesPerTenant: f.maxInflightPerTenant,
-		LogCommands: f.logCommands,
+		LogCommands: f.logCommands, Activity: activity,
 	})
 	if err != nil {
 		return nil, err

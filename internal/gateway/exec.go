@@ -99,6 +99,7 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 		return
 	}
 	defer release()
+	defer s.opts.Activity.Begin(sb.Namespace, sb.Name)()
 
 	xr := s.execRequest(r.Context(), sb, &req)
 	stdin := 0

@@ -380,7 +380,8 @@ func (s *Server) fileCall(r *http.Request, p auth.Principal) (*airlockv1.Sandbox
 		release()
 		return nil, "", nil, e
 	}
-	return sb, full, func() { mem.release(); release() }, nil
+	busy := s.opts.Activity.Begin(sb.Namespace, sb.Name)
+	return sb, full, func() { busy(); mem.release(); release() }, nil
 }
 
 // toolFailure maps a failed helper's stderr to a status.

@@ -18,13 +18,14 @@ import (
 // CreateRequest is the body of POST /v1/sandboxes. Every field is optional: clients that send only
 // {"size": "small", "timeout_minutes": 30} get the default template.
 type CreateRequest struct {
-	Template       string            `json:"template,omitempty"`
-	Size           string            `json:"size,omitempty"`
-	TimeoutMinutes *int              `json:"timeout_minutes,omitempty"`
-	Network        string            `json:"network,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Metadata       map[string]string `json:"metadata,omitempty"`
-	Wait           *bool             `json:"wait,omitempty"`
+	Template           string            `json:"template,omitempty"`
+	Size               string            `json:"size,omitempty"`
+	TimeoutMinutes     *int              `json:"timeout_minutes,omitempty"`
+	IdleTimeoutMinutes *int              `json:"idle_timeout_minutes,omitempty"`
+	Network            string            `json:"network,omitempty"`
+	Env                map[string]string `json:"env,omitempty"`
+	Metadata           map[string]string `json:"metadata,omitempty"`
+	Wait               *bool             `json:"wait,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the new total lifetime, counted from creation.
@@ -156,6 +157,14 @@ func (c *CreateRequest) validate() *Error {
 	}
 	if c.TimeoutMinutes != nil && (*c.TimeoutMinutes < 1 || *c.TimeoutMinutes > MaxTimeoutMinutes) {
 		return badField("timeout_minutes", "must be between 1 and %d", MaxTimeoutMinutes)
+	}
+	if c.IdleTimeoutMinutes != nil {
+		switch idle := *c.IdleTimeoutMinutes; {
+		case idle < 1 || idle > MaxTimeoutMinutes:
+			return badField("idle_timeout_minutes", "must be between 1 and %d", MaxTimeoutMinutes)
+		case c.TimeoutMinutes != nil && idle > *c.TimeoutMinutes:
+			return badField("idle_timeout_minutes", "must not exceed timeout_minutes (%d): the hard timeout caps the whole lifetime", *c.TimeoutMinutes)
+		}
 	}
 	switch c.Network {
 	case "", "none", "restricted":

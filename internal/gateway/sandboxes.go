@@ -47,6 +47,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p auth.Pr
 		writeError(w, fromKube(err, "template"))
 		return
 	}
+	if e := checkIdleTimeout(&req, &t); e != nil {
+		writeError(w, e)
+		return
+	}
 	sb, e := buildSandbox(&req, p, tmpl)
 	if e != nil {
 		writeError(w, e)
@@ -82,6 +86,9 @@ func buildSandbox(req *CreateRequest, p auth.Principal, tmpl string) (*airlockv1
 	if req.TimeoutMinutes != nil {
 		sb.Spec.Timeout = &metav1.Duration{Duration: time.Duration(*req.TimeoutMinutes) * time.Minute}
 	}
+	if req.IdleTimeoutMinutes != nil {
+		sb.Spec.IdleTimeout = &metav1.Duration{Duration: time.Duration(*req.IdleTimeoutMinutes) * time.Minute}
+	}
 	switch req.Network {
 	case "none":
 		sb.Spec.Network = &airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone}
@@ -99,6 +106,18 @@ func buildSandbox(req *CreateRequest, p auth.Principal, tmpl string) (*airlockv1
 		sb.Annotations[AnnotationMetadata] = string(b)
 	}
 	return sb, nil
+}
+
+// checkIdleTimeout refuses an idle timeout longer than the template's default timeout when the request sets no
+// timeout of its own (validate compares it with timeout_minutes); the controller would only report it later.
+func checkIdleTimeout(req *CreateRequest, t *airlockv1.SandboxTemplate) *Error {
+	if req.IdleTimeoutMinutes == nil || req.TimeoutMinutes != nil || t.Spec.DefaultTimeout == nil {
+		return nil
+	}
+	if def := t.Spec.DefaultTimeout.Duration; time.Duration(*req.IdleTimeoutMinutes)*time.Minute > def {
+		return badField("idle_timeout_minutes", "must not exceed the template's default timeout of %g minutes; set a longer timeout_minutes", def.Minutes())
+	}
+	return nil
 }
 
 func sortedKeys(m map[string]string) []string {

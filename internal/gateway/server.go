@@ -36,6 +36,8 @@ type Options struct {
 	Auth   Authenticator
 	// Audit, if set, records events.k8s.io Events on create, delete and exec.
 	Audit AuditRecorder
+	// Activity, if set, records exec and file transfers as sandbox activity for idle expiry (activity.go).
+	Activity *Activity
 	// Registry receives the gateway's metrics (a new one if nil); MetricsHandler serves it.
 	Registry *prometheus.Registry
 	Logger   logr.Logger

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/sandbox"
 )
 
 // Annotations the gateway puts on Sandboxes it creates.
@@ -37,6 +38,11 @@ type SandboxView struct {
 	ExpiresAt         *time.Time        `json:"expires_at"`
 	UsageSeconds      int64             `json:"usage_seconds"`
 	Metadata          map[string]string `json:"metadata,omitempty"`
+	// IdleTimeoutMinutes is the idle timeout in force; IdleExpiresAt is when it ends the sandbox unless more
+	// activity is recorded, which lags the real one by up to the gateway's --activity-flush-interval.
+	IdleTimeoutMinutes *float64   `json:"idle_timeout_minutes,omitempty"`
+	LastActivityAt     *time.Time `json:"last_activity_at,omitempty"`
+	IdleExpiresAt      *time.Time `json:"idle_expires_at,omitempty"`
 }
 
 func viewOf(sb *airlockv1.Sandbox, now time.Time) SandboxView {
@@ -68,6 +74,7 @@ func viewOf(sb *airlockv1.Sandbox, now time.Time) SandboxView {
 		m := t.Minutes()
 		v.MaxTimeoutMinutes = &m
 	}
+	viewIdle(&v, sb)
 	if c := meta.FindStatusCondition(sb.Status.Conditions, airlockv1.ConditionReady); c != nil && c.Status != "True" {
 		v.Reason, v.Message = c.Reason, c.Message
 	}
@@ -84,6 +91,27 @@ func viewOf(sb *airlockv1.Sandbox, now time.Time) SandboxView {
 		_ = json.Unmarshal([]byte(raw), &v.Metadata)
 	}
 	return v
+}
+
+// viewIdle shows the idle timeout in force (from status once the pod exists, else as asked) and its deadline.
+func viewIdle(v *SandboxView, sb *airlockv1.Sandbox) {
+	idle := sb.Status.IdleTimeout
+	if idle == nil && sb.Status.PodName == "" {
+		idle = sb.Spec.IdleTimeout
+	}
+	if idle == nil {
+		return
+	}
+	m := idle.Minutes()
+	v.IdleTimeoutMinutes = &m
+	if t := sb.Status.LastActivityAt; t != nil {
+		u := t.UTC()
+		v.LastActivityAt = &u
+	}
+	if at := sandbox.IdleDeadline(sb.Status.StartedAt, sb.Status.LastActivityAt, idle.Duration); at != nil {
+		u := at.UTC()
+		v.IdleExpiresAt = &u
+	}
 }
 
 func statusOf(sb *airlockv1.Sandbox) string {

@@ -274,6 +274,7 @@ func TestGatewayRBACIsLeastPrivilege(t *testing.T) {
 	cr := into[rbacv1.ClusterRole](t, objs.must(t, "ClusterRole", "", "airlock-gateway"))
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{"sandbox.airlock.dev"}, Resources: []string{"sandboxes"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
+		{APIGroups: []string{"sandbox.airlock.dev"}, Resources: []string{"sandboxes/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{"sandbox.airlock.dev"}, Resources: []string{"sandboxtemplates"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
