@@ -70,9 +70,11 @@ test-unit: ## Unit tests of the pure parts (no API server).
 PYTHON ?= /usr/bin/python3
 
 .PHONY: test-sdk
-test-sdk: ## Unit tests of the SDKs (pkg/client, sdk/python; their integration runs in test-e2e: TestSDK).
+test-sdk: ## Unit tests of the SDKs (pkg/client, sdk/python, sdk/typescript; their integration runs in test-e2e: TestSDK, TestSDKTypeScript).
 	go test $(GO_TEST_FLAGS) ./pkg/...
 	PYTHONPATH=sdk/python PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -q -p no:cacheprovider sdk/python/tests
+	hack/npm-deps.sh sdk/typescript
+	cd sdk/typescript && npm test
 
 .PHONY: envtest-assets
 envtest-assets: ## Build etcd, kube-apiserver and kubectl for envtest into the machine-wide cache (first time 15-20 min).
