@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 const (
@@ -55,6 +56,7 @@ func keeperMain() int {
 	ctl := fc.(*net.UnixConn)
 	var cfg Config
 	files, err := recvFrameFiles(ctl, &cfg, 3)
+	received := time.Now()
 	if errors.Is(err, io.EOF) {
 		return 0 // a spare keeper PID 1 no longer needs
 	}
@@ -79,7 +81,7 @@ func keeperMain() int {
 			_ = files[i].Close()
 		}
 	}
-	s := &supervisor{cfg: cfg, killReq: make(chan struct{}, 1), pipes: pipes}
+	s := &supervisor{cfg: cfg, killReq: make(chan struct{}, 1), pipes: pipes, received: received}
 	s.stdout = newStreamOut(1, "stdout")
 	s.stderr = newStreamOut(2, "stderr")
 	t, code := s.run(ctl)

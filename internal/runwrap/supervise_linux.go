@@ -37,6 +37,8 @@ type supervisor struct {
 	oomGuard    atomic.Pointer[string]
 	pgid        atomic.Int64
 	fileErr     atomic.Pointer[string]
+	received    time.Time // when the run arrived, for Timings
+	timings     Timings
 	killed      atomic.Bool // OpKill asked for it
 	killReq     chan struct{}
 	killOnce    sync.Once
@@ -46,6 +48,9 @@ func (s *supervisor) setFileErr(err error) {
 	msg := err.Error()
 	s.fileErr.CompareAndSwap(nil, &msg)
 }
+
+// since is the time since the run arrived, in microseconds.
+func (s *supervisor) since() int64 { return time.Since(s.received).Microseconds() }
 
 // requestKill asks the main loop to kill the tree (non-blocking).
 func (s *supervisor) requestKill() {
@@ -73,6 +78,7 @@ func (s *supervisor) run(ctl *net.UnixConn) (Trailer, int) {
 		s.files = files
 	}
 	oomBefore := oomKillCount()
+	s.timings.FilesUS = s.since()
 
 	outR, outW, errR, errW := s.pipes[0], s.pipes[1], s.pipes[2], s.pipes[3]
 	for _, f := range []*os.File{outR, errR, s.stdout.f, s.stderr.f} {
@@ -85,6 +91,7 @@ func (s *supervisor) run(ctl *net.UnixConn) (Trailer, int) {
 	_ = outW.Close()
 	_ = errW.Close()
 	begin := time.Now()
+	s.timings.StartedUS = s.since()
 	if startErr == nil {
 		// PID 1 learns the command's pid and files now (a background run's
 		// caller gets them at once); the final reply follows at the end.
@@ -154,6 +161,7 @@ loop:
 			break loop
 		}
 	}
+	s.timings.ExitedUS = s.since()
 	t := Trailer{OOMKills: -1}
 	t.ExitCode, t.Signal = exitStatus(cmd.ProcessState)
 
@@ -170,6 +178,7 @@ loop:
 	})
 	<-killed
 	s.waitCopiers(wg, outR, errR, drain)
+	s.timings.DrainedUS = s.since()
 	t.TimedOut = s.timedOut.Load()
 	t.OutputLimit = s.outputLimit.Load()
 	t.Killed = s.killed.Load() && !t.TimedOut
@@ -246,6 +255,10 @@ func (s *supervisor) finish(t Trailer) (Trailer, int) {
 	t.StdoutBytes, t.StderrBytes = s.stdout.count.Load(), s.stderr.count.Load()
 	if p := s.fileErr.Load(); p != nil {
 		t.FileError = *p
+	}
+	s.timings.DoneUS = s.since()
+	if !s.received.IsZero() {
+		t.Timings = &s.timings
 	}
 	if !s.streamLost.Load() {
 		if b, err := FormatTrailer(s.cfg.Nonce, t); err == nil {

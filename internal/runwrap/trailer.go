@@ -57,6 +57,19 @@ type Trailer struct {
 	// WrapperError means the wrapper itself failed; the fields above may then
 	// be incomplete.
 	WrapperError string `json:"wrapper_error,omitempty"`
+	// Timings say where the keeper's time went (for the exec breakdown).
+	Timings *Timings `json:"timings,omitempty"`
+}
+
+// Timings are microseconds from the keeper's receipt of the run to: its
+// output files opened, the command started, the command exited, its output
+// pipes drained, and the files closed and rotated (just before the trailer).
+type Timings struct {
+	FilesUS   int64 `json:"files_us"`
+	StartedUS int64 `json:"started_us"`
+	ExitedUS  int64 `json:"exited_us"`
+	DrainedUS int64 `json:"drained_us"`
+	DoneUS    int64 `json:"done_us"`
 }
 
 // FormatTrailer renders t for nonce as it appears at the end of stderr.

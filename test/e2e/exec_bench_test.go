@@ -54,6 +54,7 @@ func BenchmarkExecTrue(b *testing.B) {
 		if err := runwrap.WriteFrame(&list, &runwrap.Request{Op: runwrap.OpList}); err != nil {
 			b.Fatal(err)
 		}
+		var timings []runwrap.Timings // the keeper's, of the engine's runs
 		ways := []way{
 			{"client-go", func() error { return rawExec(ctx, rc, ns, id, nil, "true") }},
 			{"go-start", func() error { return rawExec(ctx, rc, ns, id, nil, airlockexec.DefaultWrapperPath, "help") }},
@@ -64,6 +65,9 @@ func BenchmarkExecTrue(b *testing.B) {
 				res, err := engine.Run(ctx, airlockexec.Request{Namespace: ns, Pod: id, Container: "sandbox", Argv: []string{"true"}})
 				if err == nil && res.ExitCode != 0 {
 					err = fmt.Errorf("exit %d", res.ExitCode)
+				}
+				if err == nil && res.Trailer != nil && res.Trailer.Timings != nil {
+					timings = append(timings, *res.Trailer.Timings)
 				}
 				return err
 			}},
@@ -92,6 +96,21 @@ func BenchmarkExecTrue(b *testing.B) {
 		b.Logf("breakdown (p50): go start vs C %+.1f ms, hand-off to PID 1 %+.1f ms, keeper+command+trailer %+.1f ms, HTTP layer %+.1f ms; load %s",
 			ms(st["go-start"].p50-base.p50), ms(st["handoff"].p50-st["go-start"].p50),
 			ms(st["engine"].p50-st["handoff"].p50), ms(st["gateway"].p50-st["engine"].p50), loadavg())
+
+		if len(timings) > 0 {
+			p50 := func(f func(runwrap.Timings) int64) float64 {
+				v := make([]int64, len(timings))
+				for i, t := range timings {
+					v[i] = f(t)
+				}
+				slices.Sort(v)
+				return float64(v[len(v)/2]) / 1000
+			}
+			b.Logf("inside the keeper (p50 ms from receiving the run): files %.1f, command started %.1f, exited %.1f, pipes drained %.1f, done %.1f",
+				p50(func(t runwrap.Timings) int64 { return t.FilesUS }), p50(func(t runwrap.Timings) int64 { return t.StartedUS }),
+				p50(func(t runwrap.Timings) int64 { return t.ExitedUS }), p50(func(t runwrap.Timings) int64 { return t.DrainedUS }),
+				p50(func(t runwrap.Timings) int64 { return t.DoneUS }))
+		}
 
 		start := time.Now()
 		var wg sync.WaitGroup

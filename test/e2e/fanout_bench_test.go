@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkExecFanout is fan-out throughput: M `true` commands spread over S sandboxes in T tenants (so no
+// tenant's limit is what binds), run by C workers, through the gateway and with plain client-go, at C = 1, 5,
+// 20, 50. Per concurrency the two ways alternate (gateway, client-go, gateway, client-go...) for `reps`
+// repetitions; reported: commands/s (median of the repetitions), p50/p99 latency over all calls, the CPU seconds
+// the gateway and the API server used, and the gateway's RSS. Run: make bench-e2e.
+func BenchmarkExecFanout(b *testing.B) {
+	const tenants, perTenant = 5, 2
+	commands := envInt("AIRLOCK_BENCH_FANOUT_COMMANDS", 100)
+	reps := envInt("AIRLOCK_BENCH_FANOUT_REPS", 3)
+	for b.Loop() {
+		g := gateway(b)
+		rc, err := restClient()
+		if err != nil {
+			b.Fatal(err)
+		}
+		type target struct{ ns, key, id string }
+		var targets []target
+		for range tenants {
+			ns, key := gatewayTenant(b, perTenant)
+			for range perTenant {
+				status, created := g.call(b, key, "POST", "/v1/sandboxes", map[string]any{"size": "small", "timeout_minutes": 30})
+				id, _ := created["id"].(string)
+				if status != http.StatusCreated || id == "" {
+					b.Fatalf("create: %d %v", status, created)
+				}
+				targets = append(targets, target{ns, key, id})
+			}
+		}
+		ctx := context.Background()
+		ways := map[string]func(t target) error{
+			"gateway": func(t target) error {
+				status, res, err := g.try(t.key, "POST", "/v1/sandboxes/"+t.id+"/exec", map[string]any{"argv": []string{"true"}})
+				if err == nil && (status != http.StatusOK || res["exit_code"] != float64(0)) {
+					err = fmt.Errorf("status %d %v", status, res)
+				}
+				return err
+			},
+			"client-go": func(t target) error { return rawExec(ctx, rc, t.ns, t.id, nil, "true") },
+		}
+		apiPID := apiServerPID()
+		for _, c := range []int{1, 5, 20, 50} {
+			type result struct {
+				rates      []float64
+				lat        []time.Duration
+				gwCPU, api float64
+			}
+			res := map[string]*result{"gateway": {}, "client-go": {}}
+			for rep := range reps {
+				for _, name := range []string{"gateway", "client-go"} {
+					if rep%2 == 1 { // alternate which goes first
+						name = map[string]string{"gateway": "client-go", "client-go": "gateway"}[name]
+					}
+					run := ways[name]
+					gw0, api0 := cpuSeconds(g.cmd.Process.Pid), cpuSeconds(apiPID)
+					var next atomic.Int64
+					lats := make([][]time.Duration, c)
+					errs := make(chan error, c)
+					start := time.Now()
+					var wg sync.WaitGroup
+					for w := range c {
+						wg.Go(func() {
+							for {
+								i := next.Add(1) - 1
+								if i >= int64(commands) {
+									return
+								}
+								t0 := time.Now()
+								if err := run(targets[int(i)%len(targets)]); err != nil {
+									errs <- err
+									return
+								}
+								lats[w] = append(lats[w], time.Since(t0))
+							}
+						})
+					}
+					wg.Wait()
+					el := time.Since(start)
+					close(errs)
+					for err := range errs {
+						b.Fatalf("%s at concurrency %d: %v", name, c, err)
+					}
+					r := res[name]
+					r.rates = append(r.rates, float64(commands)/el.Seconds())
+					for _, l := range lats {
+						r.lat = append(r.lat, l...)
+					}
+					r.gwCPU += cpuSeconds(g.cmd.Process.Pid) - gw0
+					r.api += cpuSeconds(apiPID) - api0
+				}
+			}
+			for _, name := range []string{"gateway", "client-go"} {
+				r := res[name]
+				slices.Sort(r.rates)
+				slices.Sort(r.lat)
+				rate := r.rates[len(r.rates)/2]
+				b.ReportMetric(rate, fmt.Sprintf("%s-c%d-cmd/s", name, c))
+				b.Logf("c=%-2d %-9s %6.1f cmd/s (reps %v)  p50 %6.1f ms  p99 %6.1f ms  CPU gateway %.1f s  API server %.1f s",
+					c, name, rate, roundAll(r.rates), ms(r.lat[len(r.lat)/2]), ms(r.lat[len(r.lat)*99/100]), r.gwCPU, r.api)
+			}
+			ratio := res["gateway"].rates[len(res["gateway"].rates)/2] / res["client-go"].rates[len(res["client-go"].rates)/2]
+			b.ReportMetric(ratio, fmt.Sprintf("gateway/client-go-c%d", c))
+			now, peak := g.rss(b)
+			b.Logf("c=%-2d throughput gateway/client-go %.2f; gateway RSS %d MiB (peak %d MiB); load %s", c, ratio, now>>20, peak>>20, loadavg())
+		}
+		for _, t := range targets {
+			g.call(b, t.key, "DELETE", "/v1/sandboxes/"+t.id, nil)
+		}
+	}
+}
+
+func roundAll(v []float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(int(x*10)) / 10
+	}
+	return out
+}
+
+// cpuSeconds is a process's user+system CPU time so far, 0 if it cannot be read.
+func cpuSeconds(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) start after the last ')'.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return (u + s) / 100 // USER_HZ
+}
+
+// apiServerPID reads the local cluster's kube-apiserver pidfile (next to its kubeconfig), 0 if absent.
+func apiServerPID() int {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(kubeconfig), "pids", "kube-apiserver.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
