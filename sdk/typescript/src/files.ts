@@ -29,7 +29,7 @@ export class Files {
     const body = typeof data === "string" ? new TextEncoder().encode(data) : data instanceof Uint8Array ? data : new Uint8Array(data);
     return this.sbx.transport.json<{ path: string; bytes: number }>({
       method: "PUT", path: `/v1/sandboxes/${encodeURIComponent(this.sbx.id)}/files`, query: { path },
-      body, contentType: "application/octet-stream", idempotent: true, timeoutMs: transferTimeoutMs,
+      body, contentType: "application/octet-stream", timeoutMs: transferTimeoutMs,
     });
   }
 
@@ -37,7 +37,7 @@ export class Files {
   async read(path: string): Promise<Uint8Array> {
     const resp = await this.sbx.transport.send({
       method: "GET", path: `/v1/sandboxes/${encodeURIComponent(this.sbx.id)}/files`, query: { path },
-      accept: "application/octet-stream", idempotent: true, timeoutMs: transferTimeoutMs,
+      accept: "application/octet-stream", timeoutMs: transferTimeoutMs,
     });
     let data: Uint8Array;
     try {

@@ -7,7 +7,7 @@ export interface ConnectionOptions {
   apiKey?: string;
   /** The gateway's base URL without `/v1`, e.g. `http://airlock-gateway.airlock-system`; default `AIRLOCK_API_URL`. */
   baseUrl?: string;
-  /** Retries of a call refused with 429 (rate limits) or 503; default 4. */
+  /** Retries of a call refused with 429 (rate limits) or 503, or whose connection was refused; default 4. */
   maxRetries?: number;
 }
 
@@ -20,13 +20,9 @@ export interface Call {
   contentType?: string;
   accept?: string;
   /**
-   * Whether the call may be sent again after a failure that could have come after the gateway acted (a broken
-   * connection). A 429/503 answer is retried for every call: the gateway answers those before it acts.
-   */
-  idempotent: boolean;
-  /**
-   * An exec is retried only when the gateway provably did not start it: a 429/503 in the gateway's own error
-   * format (a command that ran always answers 200 with its result), or a refused connection.
+   * Every call is retried on a 429 (but quota_exceeded) or 503, which the gateway answers before it acts, and
+   * when the connection was refused. An exec only on those in the gateway's own error format: a command that
+   * ran always answers 200 with its result, but a proxy's 503 proves nothing.
    */
   exec?: boolean;
   timeoutMs: number;
@@ -35,7 +31,7 @@ export interface Call {
 
 const env = (name: string): string | undefined => globalThis.process?.env?.[name] || undefined;
 
-/** Network failures that prove the request never reached a server. */
+/** Network failures that prove the request never reached a server; any other may have come after it acted. */
 const notSentCodes = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_CONNECT_TIMEOUT"]);
 
 function errnoOf(err: unknown): string | undefined {
@@ -56,9 +52,6 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     };
     signal?.addEventListener("abort", onAbort, { once: true });
   });
-
-/** A Retry-After longer than this is not waited for: the error goes to the caller, who knows better. */
-const maxRetryAfterSeconds = 60;
 
 export class Transport {
   readonly baseUrl: string;
@@ -105,8 +98,7 @@ export class Transport {
           throw new ConnectionError(`${call.method} ${call.path}: no answer within ${call.timeoutMs} ms`, 0, "timeout");
         }
         const errno = errnoOf(err);
-        const retry = call.idempotent || (errno !== undefined && notSentCodes.has(errno));
-        if (retry && attempt < this.maxRetries) {
+        if (errno !== undefined && notSentCodes.has(errno) && attempt < this.maxRetries) {
           await sleep(backoff(attempt), call.signal);
           continue;
         }
@@ -124,9 +116,8 @@ export class Transport {
       const header = resp.headers.get("Retry-After");
       const retryAfter = header !== null && /^\d+$/.test(header) ? Number(header) : undefined;
       const refused = (resp.status === 429 && errBody?.code !== "quota_exceeded") || resp.status === 503;
-      const retry = refused && (!call.exec || errBody?.code !== undefined) && (retryAfter ?? 0) <= maxRetryAfterSeconds;
-      if (retry && attempt < this.maxRetries) {
-        await sleep(retryAfter !== undefined ? retryAfter * 1000 : backoff(attempt), call.signal);
+      if (refused && (!call.exec || errBody?.code !== undefined) && attempt < this.maxRetries) {
+        await sleep(backoff(attempt, retryAfter), call.signal);
         continue;
       }
       throw errorFromResponse(resp.status, errBody ?? { message: text.slice(0, 300) || undefined }, retryAfter);
@@ -139,8 +130,7 @@ export class Transport {
   }
 }
 
-/** Exponential backoff with jitter: about 0.5 s, 1 s, 2 s, ..., at most 8 s. */
-function backoff(attempt: number): number {
-  const base = Math.min(8000, 500 * 2 ** attempt);
-  return base / 2 + Math.random() * (base / 2);
+/** The SDKs' shared backoff (docs/sdk.md): 0.5 s doubling, at least the Retry-After, at most 30 s. */
+function backoff(attempt: number, retryAfterSeconds = 0): number {
+  return Math.min(30_000, Math.max(retryAfterSeconds * 1000, 500 * 2 ** attempt));
 }

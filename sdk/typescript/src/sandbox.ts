@@ -163,7 +163,7 @@ export class Sandbox {
     if (options.env !== undefined) body.env = options.env;
     if (options.metadata !== undefined) body.metadata = options.metadata;
     const created = await transport.json<WireSandbox>({
-      method: "POST", path: "/v1/sandboxes", json: body, idempotent: false, timeoutMs: createTimeoutMs,
+      method: "POST", path: "/v1/sandboxes", json: body, timeoutMs: createTimeoutMs,
     });
     const sbx = new Sandbox(transport, created.id);
     try {
@@ -185,7 +185,7 @@ export class Sandbox {
   /** The tenant's sandboxes, oldest first. */
   static async list(options: ConnectionOptions = {}): Promise<SandboxInfo[]> {
     const out = await new Transport(options).json<{ sandboxes: WireSandbox[] }>({
-      method: "GET", path: "/v1/sandboxes", idempotent: true, timeoutMs: callTimeoutMs,
+      method: "GET", path: "/v1/sandboxes", timeoutMs: callTimeoutMs,
     });
     return out.sandboxes.map(infoOf);
   }
@@ -208,7 +208,7 @@ export class Sandbox {
 
   private wire(): Promise<WireSandbox> {
     return this.transport.json<WireSandbox>({
-      method: "GET", path: `/v1/sandboxes/${encodeURIComponent(this.id)}`, idempotent: true, timeoutMs: callTimeoutMs,
+      method: "GET", path: `/v1/sandboxes/${encodeURIComponent(this.id)}`, timeoutMs: callTimeoutMs,
     });
   }
 
@@ -236,7 +236,7 @@ export class Sandbox {
       path: `/v1/sandboxes/${encodeURIComponent(this.id)}/exec`,
       json: body,
       accept: streaming ? "application/x-ndjson" : "application/json",
-      idempotent: false,
+     
       exec: true,
       timeoutMs: body.timeout_ms as number + execSlackMs,
       signal: options.signal,
@@ -265,7 +265,7 @@ export class Sandbox {
   async setTimeout(minutes: number): Promise<SandboxInfo> {
     return infoOf(await this.transport.json<WireSandbox>({
       method: "POST", path: `/v1/sandboxes/${encodeURIComponent(this.id)}/timeout`,
-      json: { timeout_minutes: minutes }, idempotent: true, timeoutMs: callTimeoutMs,
+      json: { timeout_minutes: minutes }, timeoutMs: callTimeoutMs,
     }));
   }
 
@@ -274,7 +274,7 @@ export class Sandbox {
     if (this.terminated) return;
     try {
       await this.transport.send({
-        method: "DELETE", path: `/v1/sandboxes/${encodeURIComponent(this.id)}`, idempotent: true, timeoutMs: callTimeoutMs,
+        method: "DELETE", path: `/v1/sandboxes/${encodeURIComponent(this.id)}`, timeoutMs: callTimeoutMs,
       });
     } catch (err) {
       if (!(err instanceof NotFoundError)) throw err;

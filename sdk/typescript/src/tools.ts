@@ -145,7 +145,7 @@ export async function toolsFrom(transport: Transport, format: string, template?:
   const query: Record<string, string> = { format };
   if (template) query.template = template;
   const out = await transport.json<{ tools: AnthropicTool[] | OpenAITool[] }>({
-    method: "GET", path: "/v1/tools", query, idempotent: true, timeoutMs: 30_000,
+    method: "GET", path: "/v1/tools", query, timeoutMs: 30_000,
   });
   return out.tools;
 }
