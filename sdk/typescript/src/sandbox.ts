@@ -224,7 +224,8 @@ export class Sandbox {
   async exec(command: string | string[], options: ExecOptions = {}): Promise<ExecResult> {
     const timeoutSeconds = options.timeoutSeconds ?? 60;
     const body: Record<string, unknown> = typeof command === "string" ? { command } : { argv: command };
-    body.timeout_ms = Math.round(timeoutSeconds * 1000);
+    const timeoutMs = Math.round(timeoutSeconds * 1000);
+    body.timeout_ms = timeoutMs;
     if (options.cwd !== undefined) body.cwd = options.cwd;
     if (options.env !== undefined) body.env = options.env;
     if (options.stdin !== undefined) body.stdin = options.stdin;
@@ -238,7 +239,7 @@ export class Sandbox {
       accept: streaming ? "application/x-ndjson" : "application/json",
      
       exec: true,
-      timeoutMs: body.timeout_ms as number + execSlackMs,
+      timeoutMs: timeoutMs + execSlackMs,
       signal: options.signal,
     });
     const isStream = (resp.headers.get("Content-Type") ?? "").startsWith("application/x-ndjson");
@@ -318,6 +319,7 @@ async function readStream(resp: Response, options: ExecOptions): Promise<WireExe
       try {
         chunk = await reader.read();
       } catch (err) {
+        if (options.signal?.aborted) throw options.signal.reason;
         throw new ConnectionError(`exec: the stream broke: ${(err as Error).message}; the command may have run`, resp.status, "", undefined, { cause: err });
       }
       if (chunk.value) buf += chunk.value;

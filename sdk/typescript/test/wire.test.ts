@@ -376,3 +376,17 @@ test("terminate is idempotent; await using deletes however the scope ends", asyn
     await gw.close();
   }
 });
+
+test("exec: aborting the caller's signal ends a streamed call with the signal's reason", async () => {
+  await withSandbox(
+    (_req, res) => {
+      res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+      res.write(JSON.stringify({ stream: "stdout", data: "working\n" }) + "\n");
+    },
+    async (sbx) => {
+      const ctl = new AbortController();
+      const reason = new Error("the user left");
+      await assert.rejects(sbx.exec("sleep 100", { signal: ctl.signal, onStdout: () => ctl.abort(reason) }), (e) => e === reason);
+    },
+  );
+});
