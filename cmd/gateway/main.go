@@ -36,12 +36,12 @@ import (
 
 type flags struct {
 	listen, keyNamespace, defaultTemplate, protocol string
-	metricsListen                                   string
+	metricsListen, serviceName, serviceNamespace    string
 	readyTimeout, maxExecTimeout, shutdownGrace     time.Duration
 	maxBody, maxFile, defaultOutput                 int64
 	memoryLimit, maxInflight, maxInflightPerTenant  int64
 	createRate                                      float64
-	createBurst, maxExecs                           int
+	createBurst, maxExecs, maxExecStreams           int
 	logCommands, devLogs                            bool
 	activityFlush                                   time.Duration
 }
@@ -61,7 +61,10 @@ func parseFlags() flags {
 	fs.Int64Var(&f.defaultOutput, "default-output-bytes", exec.DefaultKeepBytes, "per-stream output kept inline when neither the request nor the template (outputLimitBytes) sets it")
 	fs.Float64Var(&f.createRate, "create-rate", 1, "sandbox creations per second per API key (token bucket refill; negative disables)")
 	fs.IntVar(&f.createBurst, "create-burst", 10, "token bucket size for sandbox creations per API key")
-	fs.IntVar(&f.maxExecs, "max-concurrent-execs", 20, "commands and file transfers in flight per tenant; more is 429 (negative disables)")
+	fs.IntVar(&f.maxExecs, "max-concurrent-execs", 20, "commands and file transfers in flight per tenant, over all replicas (see --service-name); more is 429 too_many_concurrent_execs (negative disables)")
+	fs.IntVar(&f.maxExecStreams, "max-exec-streams", gateway.DefaultMaxExecStreams, "commands and file transfers in flight over all tenants and replicas: exec streams are long-running requests, which API Priority and Fairness does not limit; more is 429 too_many_exec_streams (negative disables)")
+	fs.StringVar(&f.serviceName, "service-name", "", "the gateway's own Service: replicas count its ready endpoints and each admits its share of --max-concurrent-execs and --max-exec-streams, rounded up (empty: this gateway assumes it is the only replica)")
+	fs.StringVar(&f.serviceNamespace, "service-namespace", envOr("POD_NAMESPACE", "airlock-system"), "namespace of --service-name (default $POD_NAMESPACE)")
 	fs.Int64Var(&f.memoryLimit, "memory-limit", 0, "memory the gateway may use, in bytes (0: the container's cgroup limit, else 512 MiB); sets the in-flight budget's default and, unless GOMEMLIMIT is set, the Go runtime's soft limit (90%)")
 	fs.Int64Var(&f.maxInflight, "max-inflight-bytes", 0, "memory all calls in flight may hold, each counted at its worst case (0: half of --memory-limit; negative disables); when full, calls answer 503 gateway_busy with Retry-After")
 	fs.Int64Var(&f.maxInflightPerTenant, "max-inflight-bytes-per-tenant", 0, "one tenant's share of --max-inflight-bytes (0: a quarter of it); over it, 429 memory_budget_exceeded")
@@ -200,6 +203,10 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
+	replicas, err := replicaCount(ctx, cs, f, log)
+	if err != nil {
+		return nil, err
+	}
 	activity, err := gateway.NewActivity(c, f.activityFlush, clock.RealClock{}, log.WithName("activity"))
 	if err != nil {
 		return nil, err
@@ -214,6 +221,7 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 		DefaultTemplate: f.defaultTemplate, ReadyTimeout: f.readyTimeout, MaxExecTimeout: f.maxExecTimeout,
 		DefaultOutputBytes: f.defaultOutput, MaxBodyBytes: f.maxBody, MaxFileBytes: f.maxFile,
 		CreateRate: f.createRate, CreateBurst: f.createBurst, MaxExecsPerTenant: f.maxExecs,
+		MaxExecStreams: f.maxExecStreams, Replicas: replicas,
 		MaxInflightBytes: inflight, MaxInflightBytesPerTenant: f.maxInflightPerTenant,
 		LogCommands: f.logCommands, Activity: activity,
 	})
@@ -224,6 +232,20 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 		return nil, err
 	}
 	return srv, nil
+}
+
+// replicaCount is how many replicas share the exec limits: the ready endpoints of --service-name, else one.
+func replicaCount(ctx context.Context, cs kubernetes.Interface, f flags, log logr.Logger) (func() int, error) {
+	if f.serviceName == "" {
+		log.Info("no --service-name: this gateway counts itself as the only replica, so each replica admits the full exec limits",
+			"maxConcurrentExecs", f.maxExecs, "maxExecStreams", f.maxExecStreams)
+		return nil, nil
+	}
+	rc, err := gateway.WatchReplicas(ctx, cs, f.serviceNamespace, f.serviceName, log.WithName("replicas"))
+	if err != nil {
+		return nil, err
+	}
+	return rc.Count, nil
 }
 
 // memoryPlan sizes the in-flight byte budget from the memory limit and, unless GOMEMLIMIT is set, gives the

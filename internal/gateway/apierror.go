@@ -43,6 +43,7 @@ const (
 	CodeRateLimited      = "rate_limited"
 	CodeQuotaExceeded    = "quota_exceeded"
 	CodeTooManyExecs     = "too_many_concurrent_execs"
+	CodeTooManyStreams   = "too_many_exec_streams"
 	CodeUnavailable      = "cluster_unavailable"
 	CodeOutputBudget     = "memory_budget_exceeded"
 	CodeGatewayBusy      = "gateway_busy"

@@ -186,16 +186,6 @@ func (s *Server) readySandbox(ctx context.Context, p auth.Principal, id string) 
 	return sb, nil
 }
 
-func (s *Server) acquireExec(p auth.Principal) (func(), *Error) {
-	release, ok := s.execs.acquire(p.Tenant)
-	if !ok {
-		s.metrics.rejected.WithLabelValues(p.Tenant, CodeTooManyExecs).Inc()
-		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeTooManyExecs,
-			Message: "too many commands in flight for this tenant; wait for one to finish"}
-	}
-	return release, nil
-}
-
 // execRequest turns the API request into the engine's, with the sandbox's defaults.
 func (s *Server) execRequest(ctx context.Context, sb *airlockv1.Sandbox, req *ExecRequest) exec.Request {
 	wd := workingDir(sb)

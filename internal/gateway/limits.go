@@ -68,40 +68,6 @@ func (l *rateLimiter) sweep(now time.Time) {
 	}
 }
 
-// concurrencyLimiter bounds calls in flight per tenant.
-type concurrencyLimiter struct {
-	max      int
-	mu       sync.Mutex
-	inFlight map[string]int
-}
-
-func newConcurrencyLimiter(limit int) *concurrencyLimiter {
-	return &concurrencyLimiter{max: limit, inFlight: map[string]int{}}
-}
-
-// acquire returns a release func, or false when the tenant is at its limit.
-func (c *concurrencyLimiter) acquire(tenant string) (release func(), ok bool) {
-	if c == nil || c.max <= 0 {
-		return func() {}, true
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.inFlight[tenant] >= c.max {
-		return nil, false
-	}
-	c.inFlight[tenant]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if c.inFlight[tenant]--; c.inFlight[tenant] <= 0 {
-				delete(c.inFlight, tenant)
-			}
-		})
-	}, true
-}
-
 // byteBudget bounds the memory that calls in flight may hold: each call reserves its worst case before it
 // allocates (its body, its output buffers and the text it returns), so that no mix of calls can outgrow the
 // container. One tenant may hold at most perTenant, so that it cannot starve the others. A call that finds

@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"tenant", "stream"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_gateway_rejected_total",
-			Help: "Requests refused by a limit, by tenant and reason (rate_limited, quota_exceeded, too_many_concurrent_execs).",
+			Help: "Requests refused by a limit, by tenant and reason (rate_limited, quota_exceeded, too_many_concurrent_execs, too_many_exec_streams, memory_budget_exceeded, gateway_busy).",
 		}, []string{"tenant", "reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.execDuration, m.execs, m.outputBytes, m.rejected} {

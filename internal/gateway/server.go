@@ -57,6 +57,12 @@ type Options struct {
 	CreateBurst int
 	// MaxExecsPerTenant bounds commands and file transfers in flight per tenant (default 20; < 0 disables).
 	MaxExecsPerTenant int
+	// MaxExecStreams bounds them over all tenants (default 100; < 0 disables): exec streams are long-running
+	// requests, which API Priority and Fairness does not limit, so this protects the API server and kubelets.
+	MaxExecStreams int
+	// Replicas, if set, says how many gateway replicas share MaxExecsPerTenant and MaxExecStreams (e.g.
+	// ReplicaCounter.Count); each admits its share of both, rounded up. Unset: this is the only replica.
+	Replicas func() int
 	// MaxInflightBytes bounds the memory all calls in flight may hold, each counted at its worst case
 	// (default 256 MiB: MemoryPlan of DefaultMemoryLimit; < 0 disables). Over it calls answer 503 gateway_busy.
 	MaxInflightBytes int64
@@ -72,7 +78,7 @@ type Server struct {
 	opts    Options
 	metrics *Metrics
 	creates *rateLimiter
-	execs   *concurrencyLimiter
+	execs   *execSlots
 	memory  *byteBudget
 	handler http.Handler
 }
@@ -105,6 +111,9 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxExecsPerTenant == 0 {
 		opts.MaxExecsPerTenant = 20
 	}
+	if opts.MaxExecStreams == 0 {
+		opts.MaxExecStreams = DefaultMaxExecStreams
+	}
 	if opts.MaxInflightBytes == 0 {
 		opts.MaxInflightBytes, _ = MemoryPlan(DefaultMemoryLimit)
 	}
@@ -122,7 +131,7 @@ func New(opts Options) (*Server, error) {
 		opts:    opts,
 		metrics: m,
 		creates: newRateLimiter(opts.CreateRate, opts.CreateBurst),
-		execs:   newConcurrencyLimiter(opts.MaxExecsPerTenant),
+		execs:   newExecSlots(opts.MaxExecsPerTenant, opts.MaxExecStreams, opts.Replicas),
 		memory:  newByteBudget(opts.MaxInflightBytes, opts.MaxInflightBytesPerTenant),
 	}
 	s.handler = s.routes()
