@@ -63,6 +63,7 @@ func TestIntegrationFlowSchemaCoversTheGatewaysShortRequests(t *testing.T) {
 	short := map[string]string{
 		"sandbox list": "/apis/sandbox.airlock.dev/v1alpha1/namespaces/t1/sandboxes",
 		"sandbox get":  "/apis/sandbox.airlock.dev/v1alpha1/namespaces/t1/sandboxes/s",
+		"status":       "/apis/sandbox.airlock.dev/v1alpha1/namespaces/t1/sandboxes/s/status",
 		"pod get":      "/api/v1/namespaces/t1/pods/s",
 		"key list":     "/api/v1/namespaces/airlock-system/secrets",
 		"slices list":  "/apis/discovery.k8s.io/v1/namespaces/airlock-system/endpointslices",
