@@ -26,6 +26,12 @@ const DefaultWrapperPath = "/airlock/bin/airlock-init"
 // nothing ran.
 var ErrNotStarted = errors.New("exec session not established")
 
+// ErrRuntimeStart marks an ErrNotStarted whose session was established but
+// whose process the container runtime could not start (the kubelet says
+// "failed to exec in container", e.g. containerd timing out under load):
+// nothing ran, and a retry may work.
+var ErrRuntimeStart = errors.New("the container runtime could not start the command")
+
 // ErrForbidden marks an ErrNotStarted whose cause is the API server refusing
 // pods/exec to the caller's credentials (RBAC): a configuration error, not a
 // missing pod.
@@ -145,6 +151,9 @@ func (e *Engine) Stream(ctx context.Context, req Request, onChunk func(Chunk) er
 
 	proto := usedProtocol(e.opts.Protocol, &at)
 	log := e.opts.Logger.WithValues("namespace", req.Namespace, "pod", req.Pod, "protocol", proto)
+	if tr == nil && col.streams[0].cap.total == 0 && col.streams[1].cap.total == 0 && runtimeStartFailed(streamErr) {
+		return nil, fmt.Errorf("exec in %s/%s: %w: %w: %w", req.Namespace, req.Pod, ErrNotStarted, ErrRuntimeStart, streamErr)
+	}
 	if tr == nil && col.streams[0].cap.total == 0 && col.streams[1].cap.total == 0 &&
 		notStarted(streamErr, proto == string(ProtocolSPDY), &at) {
 		if forbidden(streamErr) {

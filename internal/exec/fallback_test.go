@@ -115,3 +115,18 @@ func TestEngineForbiddenExec(t *testing.T) {
 		}
 	}
 }
+
+// The session is up but the runtime cannot start the process (the kubelet's
+// "failed to exec in container", as containerd under load): not started, never
+// sandbox_lost, so the caller can retry.
+func TestEngineRuntimeStartFailure(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(string(p), func(t *testing.T) {
+			env := newEnv(t, p, func(so *execserver.Options, _ *Options) { so.Rewrite[DefaultWrapperPath] = "/no/such/airlock-init" })
+			res, err := env.eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}})
+			if res != nil || !errors.Is(err, ErrNotStarted) || !errors.Is(err, ErrRuntimeStart) {
+				t.Fatalf("want ErrNotStarted + ErrRuntimeStart, got %+v, %v", res, err)
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	amhttpstream "k8s.io/apimachinery/pkg/util/httpstream" //nolint:staticcheck // client-go's upgrader interface still returns this type
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/client-go/transport/spdy"
 	"k8s.io/streaming/pkg/httpstream"
 )
@@ -120,6 +121,14 @@ func notStarted(err error, usedSPDY bool, a *attempt) bool {
 	}
 	var op *net.OpError
 	return httpstream.IsUpgradeFailure(err) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+// runtimeStartFailed reports whether the exec's status is the kubelet's
+// report that the runtime did not start the process: our wrapper prints
+// nothing before it runs, so with no output at all this means nothing ran.
+func runtimeStartFailed(err error) bool {
+	var ce utilexec.CodeExitError
+	return err != nil && !errors.As(err, &ce) && strings.Contains(err.Error(), "failed to exec in container")
 }
 
 // forbidden reports whether a failed upgrade was the API server's 403: the

@@ -259,6 +259,9 @@ func (s *Server) execError(err error, ns string) *Error {
 		s.opts.Logger.Error(err, "the gateway may not exec into sandbox pods: grant its ServiceAccount pods/exec (get, create) in this namespace (config/gateway/rbac.yaml)", "namespace", ns)
 		return &Error{Status: http.StatusInternalServerError, Code: CodeMisconfigured, cause: err,
 			Message: "the gateway is not allowed to run commands in namespace " + ns + " (RBAC: pods/exec get and create); an operator must fix the gateway's role; the command did not run"}
+	case errors.Is(err, exec.ErrRuntimeStart):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: time.Second,
+			Message: "the node's container runtime could not start the command (it did not run; the node may be overloaded): " + err.Error()}
 	case errors.Is(err, exec.ErrNotStarted) && isNetError(err):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: retryAfterBudget, Message: "the cluster is unreachable; the command did not run"}
 	case errors.Is(err, exec.ErrNotStarted):

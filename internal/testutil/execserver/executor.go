@@ -57,7 +57,8 @@ func (e *executor) ExecInContainer(ctx context.Context, name, uid, container str
 		if stdinW != nil {
 			_ = stdinW.Close()
 		}
-		return fmt.Errorf("start %q: %w", argv[0], err)
+		// The kubelet's words when the runtime cannot start the process.
+		return fmt.Errorf("failed to exec in container: start %q: %w", argv[0], err)
 	}
 	if stdinW != nil {
 		go func() {
