@@ -114,3 +114,21 @@ func TestActivityCostsNoControllerStatusWrite(t *testing.T) {
 		t.Errorf("status changed with activity alone:\n%+v\n%+v", sbx.Status, after)
 	}
 }
+
+// A sandbox the idle timeout expired still says so while it terminates.
+func TestTerminatingKeepsTheIdleExpiry(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	zero := int32(0)
+	started := metav1.NewTime(now.Add(-11 * time.Minute))
+	sbx := &airlockv1.Sandbox{Status: airlockv1.SandboxStatus{StartedAt: &started, IdleTimeout: &metav1.Duration{Duration: 10 * time.Minute},
+		ExpiresAt: &metav1.Time{Time: now.Add(time.Hour)}}}
+	obs := observation{now: now, policy: policyInEffect, pod: runningPod(&zero), evidence: gvisorEvidence(), expiresAt: sbx.Status.ExpiresAt,
+		idleTimeout: 10 * time.Minute, idleExpiresAt: idleDeadline(&sbx.Status, 10*time.Minute)}
+	sbx.Status = computeStatus(sbx, obs)
+	// Activity recorded after the expiry (a command that was still running) does not undo it.
+	sbx.Status.LastActivityAt = &metav1.Time{Time: now.Add(time.Second)}
+	sbx.Status = computeStatus(sbx, terminating(sbx, now.Add(2*time.Second)))
+	if sbx.Status.Phase != airlockv1.PhaseTerminating || condition(sbx, airlockv1.ConditionExpired) != "True/IdleTimeout" {
+		t.Fatalf("terminating: phase %s, Expired %s", sbx.Status.Phase, condition(sbx, airlockv1.ConditionExpired))
+	}
+}

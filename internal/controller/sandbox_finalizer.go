@@ -36,8 +36,7 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *airlockv1.Sandbox
 		return ctrl.Result{}, err
 	}
 	if !gone {
-		obs := observation{now: now, deleting: true, expiresAt: sbx.Status.ExpiresAt, policy: policyInEffect}
-		return ctrl.Result{RequeueAfter: recheckTerminating}, ignoreConflict(r.writeStatus(ctx, sbx, before, obs))
+		return ctrl.Result{RequeueAfter: recheckTerminating}, ignoreConflict(r.writeStatus(ctx, sbx, before, terminating(sbx, now)))
 	}
 	if err := r.deletePolicy(ctx, sbx); err != nil {
 		return ctrl.Result{}, err
@@ -57,6 +56,14 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *airlockv1.Sandbox
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete",
 		"sandbox removed after %d sandbox-seconds (size %s)", usage, size)
 	return ctrl.Result{}, nil
+}
+
+// terminating is what a sandbox being deleted is observed as: Terminating, still Expired by the deadline that
+// expired it, if one did.
+func terminating(sbx *airlockv1.Sandbox, now time.Time) observation {
+	idle := fromSnapshot(sbx).IdleTimeout
+	return observation{now: now, deleting: true, expiresAt: sbx.Status.ExpiresAt, policy: policyInEffect,
+		idleTimeout: idle, idleExpiresAt: idleDeadline(&sbx.Status, idle)}
 }
 
 // deletePod deletes the sandbox's pod if it is ours and reports whether it is gone. It asks the API server, not
