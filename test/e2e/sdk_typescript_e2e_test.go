@@ -17,8 +17,9 @@ import (
 	gwapi "airlock.dev/airlock/internal/gateway"
 )
 
-// TestSDKTypeScript runs the TypeScript SDK's integration tests (sdk/typescript/itest: create, streaming,
-// timeout, files, errors, quota, await using) and the three TypeScript agent loops (examples/typescript: the
+// TestSDKTypeScript runs the TypeScript SDK's integration tests (sdk/typescript/itest: issue 10's run_python
+// executor in plain JavaScript, create, streaming, timeout, files, errors, quota, await using, the tool
+// definitions) and the three TypeScript agent loops (examples/typescript: the
 // official Anthropic, OpenAI and Vercel AI SDK clients against a scripted model server) against the real
 // gateway and gVisor sandboxes. npm dependencies come from the lockfiles via hack/npm-deps.sh. No sandbox may
 // be left behind in either tenant.
