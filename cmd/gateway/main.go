@@ -44,6 +44,7 @@ type flags struct {
 	createBurst, maxExecs, maxExecStreams           int
 	logCommands, devLogs                            bool
 	activityFlush                                   time.Duration
+	mcpSessionTimeout                               time.Duration
 }
 
 func parseFlags() flags {
@@ -72,6 +73,7 @@ func parseFlags() flags {
 	fs.BoolVar(&f.devLogs, "dev-logs", false, "human-readable logs instead of JSON")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running requests may finish")
 	fs.DurationVar(&f.activityFlush, "activity-flush-interval", gateway.DefaultActivityFlushInterval, "at most how often this replica writes one sandbox's status.lastActivityAt after an exec or file transfer; idle expiry (spec.idleTimeout) is precise to it")
+	fs.DurationVar(&f.mcpSessionTimeout, "mcp-session-timeout", gateway.DefaultMCPSessionTimeout, "an MCP session (/mcp) idle this long ends, and its sandbox is deleted")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: gateway [flags]\n\nAirlock's HTTP API for agents (see docs/gateway.md). Flags:\n\n")
 		fs.PrintDefaults()
@@ -129,7 +131,9 @@ func run(f flags, log logr.Logger) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownGrace)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	err = srv.Shutdown(sctx)
+	gw.CloseMCPSessions() // its MCP sessions end with this process: delete their sandboxes
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
@@ -223,7 +227,7 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 		CreateRate: f.createRate, CreateBurst: f.createBurst, MaxExecsPerTenant: f.maxExecs,
 		MaxExecStreams: f.maxExecStreams, Replicas: replicas,
 		MaxInflightBytes: inflight, MaxInflightBytesPerTenant: f.maxInflightPerTenant,
-		LogCommands: f.logCommands, Activity: activity,
+		LogCommands: f.logCommands, Activity: activity, MCPSessionTimeout: f.mcpSessionTimeout,
 	})
 	if err != nil {
 		return nil, err
@@ -231,6 +235,7 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 	if err := srv.Metrics().Register(usage); err != nil {
 		return nil, err
 	}
+	go srv.RenewBackground(ctx, f.activityFlush, clock.RealClock{}) // idle sandboxes whose background processes run
 	return srv, nil
 }
 

@@ -113,6 +113,7 @@ func (s *Server) startBackgroundSlot(w http.ResponseWriter, r *http.Request, p a
 		return
 	}
 	defer release()
+	defer s.opts.Activity.Begin(sb.Namespace, sb.Name)() // later, RenewBackground renews while it runs
 	s.startBackground(w, r, p, sb, req)
 }
 
@@ -177,7 +178,8 @@ func (s *Server) processCall(w http.ResponseWriter, r *http.Request, p auth.Prin
 		writeError(w, e)
 		return nil, nil, "", nil, false
 	}
-	return pc, sb, pid, release, true
+	end := s.opts.Activity.Begin(sb.Namespace, sb.Name) // reading or steering a process is using the sandbox
+	return pc, sb, pid, func() { end(); release() }, true
 }
 
 // control sends one request for process pid and maps "unknown" to 404.
