@@ -38,9 +38,11 @@ verify: manifests generate ## Regenerate everything and fail if the tree changed
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager and airlock-init binaries into bin/.
+build: ## Build the manager, airlock-init and airlock CLI binaries into bin/ (also as bin/kubectl-airlock, a kubectl plugin).
 	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/manager ./cmd/manager
 	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/airlock-init ./cmd/airlock-init
+	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/airlock ./cmd/airlock
+	ln -sf airlock $(LOCALBIN)/kubectl-airlock
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## go vet and golangci-lint (built from the Go module proxy into the machine-wide cache).

@@ -1,154 +1,148 @@
-// Command airlock administers the exec gateway: tenants and their API keys.
-//
-//	airlock tenant create NAME [--max-sandboxes 20] [--templates-from NS] [--adopt]
-//	airlock keys create --tenant T [--name X]     (prints the key once)
-//	airlock keys list
-//	airlock keys revoke ID [--delete]
-//
-// It uses the current kubeconfig ($KUBECONFIG or --kubeconfig).
+// Command airlock drives Airlock from a terminal: sandboxes, commands and files over the exec gateway
+// (create, ls, get, rm, extend, exec, cp, run, login, mcp), and the administration of tenants and their API
+// keys over the Kubernetes API (tenant, keys). Installed as kubectl-airlock it is also `kubectl airlock`.
+// docs/cli.md describes every command.
 package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
-	"time"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
-
-	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/gateway/admin"
+	"github.com/spf13/cobra"
 )
 
-const usage = `Usage: airlock <command> [flags]
+// Exit codes besides a command's own status (exec, run): as timeout(1) and env(1) give them.
+const (
+	exitError   = 1   // airlock failed
+	exitUsage   = 2   // wrong arguments or flags
+	exitTimeout = 124 // the command ran out of time (client.ExitTimeout)
+	exitNoRun   = 125 // exec/run: the command could not be run
+)
 
-Commands:
-  tenant create NAME [--max-sandboxes N] [--templates-from NS] [--adopt]
-        create a tenant namespace (label sandbox.airlock.dev/tenant=true, Pod Security "restricted", a quota
-        of N sandboxes) and the RoleBinding that lets the gateway exec there, and only there; an existing
-        namespace that is not a tenant needs --adopt. The gateway's names default to those of config/default
-        and of a Helm release named airlock (its NOTES print the command for other names):
-        --gateway-service-account airlock-gateway, --gateway-namespace (= --key-namespace),
-        --exec-cluster-role airlock-gateway-exec
-  keys create --tenant T [--name X]   create an API key for tenant T (a tenant namespace); printed once
-  keys list                           list keys (never the keys themselves)
-  keys revoke ID [--delete]           revoke a key (mark it revoked, or delete its Secret)
+// exitCode ends the CLI with code after the message (if any) was printed.
+type exitCode struct{ code int }
 
-Every command takes --kubeconfig PATH and --key-namespace NS (where key Secrets live, default airlock-system).
-`
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// usageError marks an error in the arguments: exit 2, with a pointer to --help.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, filepath.Base(os.Args[0]), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) < 2 {
-		fmt.Fprint(stderr, usage)
-		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			return 0
-		}
-		return 2
-	}
-	cmd := args[0] + " " + args[1]
-	fs := flag.NewFlagSet("airlock "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	config.RegisterFlags(fs)
-	keyNS := fs.String("key-namespace", "airlock-system", "namespace of the API key Secrets")
-	tenant := fs.String("tenant", "", "tenant (namespace) the key acts in")
-	name := fs.String("name", "", "a label for the key")
-	maxSandboxes := fs.Int64("max-sandboxes", 20, "most sandboxes the tenant may have at once")
-	templatesFrom := fs.String("templates-from", "", "copy the SandboxTemplates of this namespace into the tenant")
-	remove := fs.Bool("delete", false, "delete the key's Secret instead of marking it revoked")
-	adopt := fs.Bool("adopt", false, "make an existing namespace a tenant (the gateway may then exec into every pod in it)")
-	gatewaySA := fs.String("gateway-service-account", admin.DefaultGatewayServiceAccount, "the gateway's ServiceAccount, given pods/exec in the tenant")
-	gatewayNS := fs.String("gateway-namespace", "", "namespace of the gateway's ServiceAccount (default: --key-namespace)")
-	execRole := fs.String("exec-cluster-role", admin.DefaultExecClusterRole, "ClusterRole with the gateway's exec permission, bound in the tenant")
-	// Positional arguments may come before flags: parse, then parse what remains.
-	var pos []string
-	rest := args[2:]
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return 2
-		}
-		rest = fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		pos = append(pos, rest[0])
-		rest = rest[1:]
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := newClient()
-	if err != nil {
-		fmt.Fprintln(stderr, "airlock:", err)
-		return 1
-	}
+// streams are the CLI's standard streams (tests give buffers).
+type streams struct {
+	in          io.Reader
+	out, errOut io.Writer
+}
+
+// run executes the CLI as program name (airlock, or kubectl-airlock as a kubectl plugin) and returns the exit
+// code.
+func run(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRoot(name, streams{in: stdin, out: stdout, errOut: stderr})
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	var ec exitCode
+	var ue usageError
 	switch {
-	case cmd == "tenant create" && len(pos) == 1:
-		if *gatewayNS == "" {
-			*gatewayNS = *keyNS // keys live in the gateway's own namespace
-		}
-		err = admin.CreateTenant(ctx, c, pos[0], admin.TenantOptions{MaxSandboxes: *maxSandboxes, TemplatesFrom: *templatesFrom,
-			Adopt: *adopt, GatewayServiceAccount: *gatewaySA, GatewayNamespace: *gatewayNS, ExecClusterRole: *execRole})
-		if err == nil {
-			fmt.Fprintf(stdout, "tenant %s ready: at most %d sandboxes; gateway %s/%s may exec there\n", pos[0], *maxSandboxes, *gatewayNS, *gatewaySA)
-		}
-	case cmd == "keys create" && len(pos) == 0 && *tenant != "":
-		var key, id string
-		key, id, err = admin.CreateKey(ctx, c, *keyNS, *tenant, *name)
-		if err == nil {
-			fmt.Fprintf(stderr, "key %s for tenant %s (shown once; store it now):\n", id, *tenant)
-			fmt.Fprintln(stdout, key)
-		}
-	case cmd == "keys list" && len(pos) == 0:
-		err = listKeys(ctx, c, *keyNS, stdout)
-	case cmd == "keys revoke" && len(pos) == 1:
-		err = admin.RevokeKey(ctx, c, *keyNS, pos[0], *remove)
-		if err == nil {
-			fmt.Fprintf(stdout, "key %s revoked\n", pos[0])
-		}
-	default:
-		fmt.Fprint(stderr, usage)
-		return 2
+	case err == nil:
+		return 0
+	case errors.As(err, &ec):
+		return ec.code
+	case errors.As(err, &ue) || isCobraUsage(err):
+		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", root.Name(), err, commandPath(root, args))
+		return exitUsage
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "airlock:", err)
-		return 1
-	}
-	return 0
+	fmt.Fprintln(stderr, errorLine(err))
+	return exitError
 }
 
-func listKeys(ctx context.Context, c client.Client, ns string, w io.Writer) error {
-	keys, err := admin.ListKeys(ctx, c, ns)
-	if err != nil {
-		return err
+// errorLine is err as the CLI prints it: prefixed once with "airlock: " (the SDK's errors already are).
+func errorLine(err error) string {
+	if msg := err.Error(); strings.HasPrefix(msg, "airlock: ") {
+		return msg
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTENANT\tNAME\tCREATED\tREVOKED")
-	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", k.ID, k.Tenant, k.Name, k.Created.Format(time.RFC3339), k.Revoked)
-	}
-	return tw.Flush()
+	return "airlock: " + err.Error()
 }
 
-func newClient() (client.Client, error) {
-	cfg, err := config.GetConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes config: %w", err)
+// isCobraUsage tells cobra's own argument and flag errors (which it returns as plain errors).
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "flag needs an argument",
+		"invalid argument", "accepts ", "requires at least", "requires at most", "requires exactly", "required flag"} {
+		if strings.HasPrefix(msg, p) || strings.Contains(msg, " "+p) {
+			return true
+		}
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
+	return false
+}
+
+// commandPath names the command args invoke, for the usage hint.
+func commandPath(root *cobra.Command, args []string) string {
+	if c, _, err := root.Find(args); err == nil {
+		return c.CommandPath()
 	}
-	if err := airlockv1.AddToScheme(scheme); err != nil {
-		return nil, err
+	return root.Name()
+}
+
+func newRoot(name string, s streams) *cobra.Command {
+	g := &gatewayFlags{}
+	root := &cobra.Command{
+		Use:   "airlock",
+		Short: "Disposable sandboxes for AI agents, from a terminal",
+		Long: `airlock drives Airlock sandboxes over its exec gateway, and administers tenants and API keys over the
+Kubernetes API.
+
+The gateway commands need its URL and an API key: --api-url and --api-key, else AIRLOCK_API_URL and
+AIRLOCK_API_KEY, else the file written by 'airlock login'. An operator creates keys with 'airlock keys create'.`,
+		Example: `  airlock login --api-url http://localhost:8080 --api-key alk_...
+  airlock run -- python3 -c 'print(6*7)'
+  ID=$(airlock create --template python-node)
+  airlock exec $ID --sh 'pip list | head'
+  airlock cp main.py $ID:/workspace/main.py
+  airlock rm $ID`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 	}
-	return client.New(cfg, client.Options{Scheme: scheme})
+	root.PersistentFlags().StringVar(&g.url, "api-url", "", "gateway URL (default $AIRLOCK_API_URL, else the login file)")
+	root.PersistentFlags().StringVar(&g.key, "api-key", "", "API key (default $AIRLOCK_API_KEY, else the login file)")
+	root.PersistentFlags().StringVar(&g.configFile, "config", "", "the login file (default "+defaultConfigHint()+")")
+	root.AddGroup(&cobra.Group{ID: "sandbox", Title: "Sandboxes (over the gateway):"},
+		&cobra.Group{ID: "admin", Title: "Administration (over the Kubernetes API):"})
+	for _, c := range []*cobra.Command{
+		newCreateCmd(g, s), newListCmd(g, s), newGetCmd(g, s), newRemoveCmd(g, s), newExtendCmd(g, s),
+		newExecCmd(g, s), newCpCmd(g, s), newRunCmd(g, s), newLoginCmd(g, s), newMCPCmd(g, s),
+	} {
+		c.GroupID = "sandbox"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newTenantCmd(s), newKeysCmd(s)} {
+		c.GroupID = "admin"
+		root.AddCommand(c)
+	}
+	if name == "kubectl-airlock" {
+		// kubectl's plugin convention: the help shows how it is called.
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl airlock"}
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	return root
 }

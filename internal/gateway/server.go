@@ -14,6 +14,7 @@ import (
 
 	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/mcpserver"
 )
 
 // Executor runs commands in sandbox pods; *exec.Engine is the real one.
@@ -71,6 +72,8 @@ type Options struct {
 	MaxInflightBytesPerTenant int64
 	// LogCommands adds commands to the access log (off by default: they may hold secrets).
 	LogCommands bool
+	// MCPSessionTimeout ends an MCP session idle that long, deleting its sandbox (default 30m).
+	MCPSessionTimeout time.Duration
 }
 
 // Server is the gateway's HTTP API.
@@ -81,6 +84,8 @@ type Server struct {
 	execs   *execSlots
 	memory  *byteBudget
 	handler http.Handler
+	// mcpSessions are the MCP sessions of this replica and their sandboxes (mcp.go).
+	mcpSessions *mcpserver.Sessions
 }
 
 // New checks opts, fills defaults and builds the handler.
@@ -99,6 +104,7 @@ func New(opts Options) (*Server, error) {
 	}
 	defDur(&opts.ReadyTimeout, 60*time.Second)
 	defDur(&opts.MaxExecTimeout, time.Hour)
+	defDur(&opts.MCPSessionTimeout, DefaultMCPSessionTimeout)
 	defInt(&opts.DefaultOutputBytes, exec.DefaultKeepBytes)
 	defInt(&opts.MaxBodyBytes, 1<<20)
 	defInt(&opts.MaxFileBytes, 16<<20)
@@ -182,6 +188,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/sandboxes/{id}/files", authed(s.getFile))
 	mux.Handle("GET /v1/tools", authed(s.getTools))
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
+	mux.Handle("/mcp", s.mcpHandler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	// The catch-all also shadows the mux's own 405: tell "wrong method" from "no such path" here.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
