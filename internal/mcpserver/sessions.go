@@ -29,6 +29,8 @@ type Sessions struct {
 	log logr.Logger
 	mu  sync.Mutex
 	m   map[*mcp.ServerSession]*session
+	// releasing counts deletions under way, which Close waits for: a process exits right after it.
+	releasing sync.WaitGroup
 }
 
 // session is one MCP session's state. mu serialises its tool calls' lazy create, so that two concurrent
@@ -131,8 +133,12 @@ func (s *Sessions) end(ss *mcp.ServerSession) {
 	s.mu.Lock()
 	st, ok := s.m[ss]
 	delete(s.m, ss)
+	if ok {
+		s.releasing.Add(1)
+	}
 	s.mu.Unlock()
 	if ok {
+		defer s.releasing.Done()
 		s.release(st)
 	}
 }
@@ -159,7 +165,8 @@ func (s *Sessions) release(st *session) {
 	s.log.V(1).Info("deleted the sandbox of an ended MCP session", "session", st.key, "sandbox", id)
 }
 
-// Close ends every session's sandbox now (the server is shutting down: its sessions die with it).
+// Close deletes every session's sandbox now, and waits for deletions under way (the server is shutting
+// down: its sessions die with it).
 func (s *Sessions) Close() {
 	s.mu.Lock()
 	all := s.m
@@ -170,4 +177,5 @@ func (s *Sessions) Close() {
 		wg.Go(func() { s.release(st) })
 	}
 	wg.Wait()
+	s.releasing.Wait()
 }
