@@ -99,7 +99,7 @@ func (s *supervisor) copy(wg *sync.WaitGroup, src, file *os.File, dst *streamOut
 
 // command builds the user's command: own session (so its group can be
 // signalled as a whole), the given cwd and env, stdin passed straight through.
-func (s *supervisor) command(outW, errW *os.File) (*exec.Cmd, error) {
+func (s *supervisor) command(outW, errW *os.File) (*launch, error) {
 	argv := s.cfg.command()
 	if s.cfg.Shell != "" {
 		argv[0] = shellPath
@@ -107,32 +107,44 @@ func (s *supervisor) command(outW, errW *os.File) (*exec.Cmd, error) {
 			return nil, fmt.Errorf("this image has no %s; pass the command as an argv instead: %w", shellPath, exec.ErrNotFound)
 		}
 	}
-	env := append(os.Environ(), s.cfg.Env...) // os/exec keeps the last duplicate
+	env := dedupEnv(append(os.Environ(), s.cfg.Env...))
 	path, err := lookPath(argv[0], lastEnv(env, "PATH"))
 	if err != nil {
 		return nil, err
 	}
-	if os.Getenv(ProcessLimitEnv) != "" {
-		// Checked here, since the trampoline can only report an exit code.
+	l := &launch{path: path, argv: argv, env: env, dir: s.cfg.Cwd, stdout: outW, stderr: errW,
+		limited: os.Getenv(ProcessLimitEnv) != ""}
+	if l.limited {
+		// Checked here, since the trampoline and the starter can only report
+		// what execve says.
 		if err := checkExecutable(path); err != nil {
 			return nil, err
 		}
-		env = append(env, roleEnv+"="+roleLimit, execPathEnv+"="+path)
-		path = "/proc/self/exe"
-	}
-	cmd := &exec.Cmd{
-		Path:        path,
-		Args:        argv,
-		Env:         env,
-		Dir:         s.cfg.Cwd,
-		Stdout:      outW,
-		Stderr:      errW,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
 	if !s.cfg.NoStdin {
-		cmd.Stdin = os.Stdin
+		l.stdin = os.Stdin
 	}
-	return cmd, nil
+	return l, nil
+}
+
+// dedupEnv keeps the last value of each variable, in place of its first, as
+// os/exec does: an execve of our own must not pass duplicates.
+func dedupEnv(env []string) []string {
+	last := make(map[string]int, len(env))
+	for i, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		last[k] = i
+	}
+	out := make([]string, 0, len(last))
+	seen := make(map[string]bool, len(last))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, env[last[k]])
+		}
+	}
+	return out
 }
 
 // checkExecutable reports what exec would: ENOENT or EACCES.

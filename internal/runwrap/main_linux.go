@@ -31,6 +31,8 @@ func Reexec() (code int, ok bool) {
 		return keeperMain(), true
 	case roleLimit:
 		return limitMain(), true
+	case roleStarter:
+		return starterMain(), true
 	}
 	return 0, false
 }
@@ -54,10 +56,14 @@ func keeperMain() int {
 		return ExitWrapperError
 	}
 	ctl := fc.(*net.UnixConn)
+	st := startStarter() // while we wait for the run
 	var cfg Config
 	files, err := recvFrameFiles(ctl, &cfg, 3)
 	received := time.Now()
 	if errors.Is(err, io.EOF) {
+		if st != nil {
+			st.discard()
+		}
 		return 0 // a spare keeper PID 1 no longer needs
 	}
 	if err != nil || len(files) < 2 {
@@ -81,7 +87,7 @@ func keeperMain() int {
 			_ = files[i].Close()
 		}
 	}
-	s := &supervisor{cfg: cfg, killReq: make(chan struct{}, 1), pipes: pipes, received: received}
+	s := &supervisor{cfg: cfg, killReq: make(chan struct{}, 1), pipes: pipes, received: received, starter: st}
 	s.stdout = newStreamOut(1, "stdout")
 	s.stderr = newStreamOut(2, "stderr")
 	t, code := s.run(ctl)

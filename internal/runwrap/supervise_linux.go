@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,6 +26,9 @@ type supervisor struct {
 	// pipes are the command's output pipes from PID 1: stdout's read and
 	// write ends, then stderr's.
 	pipes []*os.File
+	// starter, when a process limit applies, is the command's process
+	// started ahead (nil: start it now).
+	starter *starter
 
 	stdout, stderr *streamOut
 
@@ -84,9 +86,14 @@ func (s *supervisor) run(ctl *net.UnixConn) (Trailer, int) {
 	for _, f := range []*os.File{outR, errR, s.stdout.f, s.stderr.f} {
 		growPipe(f)
 	}
-	cmd, startErr := s.command(outW, errW)
+	l, startErr := s.command(outW, errW)
+	var cmd process
 	if startErr == nil {
-		startErr = cmd.Start()
+		cmd, startErr = s.start(l)
+	}
+	if s.starter != nil { // not used: it must not look like a leftover
+		s.starter.discard()
+		s.starter = nil
 	}
 	_ = outW.Close()
 	_ = errW.Close()
@@ -95,7 +102,7 @@ func (s *supervisor) run(ctl *net.UnixConn) (Trailer, int) {
 	if startErr == nil {
 		// PID 1 learns the command's pid and files now (a background run's
 		// caller gets them at once); the final reply follows at the end.
-		info := &ProcInfo{PID: cmd.Process.Pid}
+		info := &ProcInfo{PID: cmd.pid}
 		if s.files != nil {
 			info.StdoutPath, info.StderrPath = s.files.path("stdout"), s.files.path("stderr")
 		}
@@ -132,16 +139,19 @@ func (s *supervisor) run(ctl *net.UnixConn) (Trailer, int) {
 
 // supervise waits for the command while enforcing the timeout and the kill
 // requests, then deals with leftovers and drains the pipes.
-func (s *supervisor) supervise(cmd *exec.Cmd, wg *sync.WaitGroup, outR, errR *os.File) Trailer {
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait() }()
+func (s *supervisor) supervise(cmd process, wg *sync.WaitGroup, outR, errR *os.File) Trailer {
+	waitErr := make(chan *os.ProcessState, 1)
+	go func() {
+		ps, _ := cmd.wait() // a non-zero exit is in the state, not an error
+		waitErr <- ps
+	}()
 	var timeout <-chan time.Time
 	if s.cfg.Timeout > 0 {
 		tm := time.NewTimer(s.cfg.Timeout)
 		defer tm.Stop()
 		timeout = tm.C
 	}
-	me, pgid := os.Getpid(), cmd.Process.Pid
+	me, pgid := os.Getpid(), cmd.pid
 	s.pgid.Store(int64(pgid))
 	killed := make(chan struct{})
 	startKill := func() {
@@ -149,6 +159,7 @@ func (s *supervisor) supervise(cmd *exec.Cmd, wg *sync.WaitGroup, outR, errR *os
 			go func() { killTree(me, pgid, s.cfg.Grace); close(killed) }()
 		})
 	}
+	var state *os.ProcessState
 loop:
 	for {
 		select {
@@ -157,13 +168,13 @@ loop:
 			startKill()
 		case <-s.killReq:
 			startKill()
-		case <-waitErr: //nolint:errcheck // the exit status is read from cmd.ProcessState below
+		case state = <-waitErr:
 			break loop
 		}
 	}
 	s.timings.ExitedUS = s.since()
 	t := Trailer{OOMKills: -1}
-	t.ExitCode, t.Signal = exitStatus(cmd.ProcessState)
+	t.ExitCode, t.Signal = exitStatus(state)
 
 	drain := drainTimeout
 	s.killOnce.Do(func() {
