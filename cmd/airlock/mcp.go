@@ -37,7 +37,7 @@ client's configuration.`,
 			log := stdr.New(stdLogger{s})
 			sessions := mcpserver.NewSessions(log)
 			defer sessions.Close() // the sandbox goes with the process
-			srv := mcpserver.NewServer(mcpserver.Options{Sessions: sessions, Create: opts,
+			srv := mcpserver.NewServer(mcpserver.Options{Sessions: sessions, Create: opts, Connection: true,
 				Client: func(context.Context, *mcp.CallToolRequest) (*client.Client, error) { return c, nil }})
 			err = srv.Run(cmd.Context(), &mcp.StdioTransport{})
 			if err != nil && cmd.Context().Err() == nil {

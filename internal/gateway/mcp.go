@@ -35,7 +35,7 @@ func (s *Server) mcpHandler() http.Handler {
 			HTTPClient: &http.Client{Transport: inProcess{s}}, MaxRetries: 2})
 	}
 	shared := mcpserver.NewServer(mcpserver.Options{Client: clientFor, Sessions: s.mcpSessions})
-	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	h := mcpserver.NewHTTPHandler(func(r *http.Request) *mcp.Server {
 		if r.Header.Get("Mcp-Session-Id") != "" {
 			return shared // an existing session has its server already; this one only answers the version check
 		}
@@ -43,7 +43,7 @@ func (s *Server) mcpHandler() http.Handler {
 		q := r.URL.Query()
 		return mcpserver.NewServer(mcpserver.Options{Client: clientFor, Sessions: s.mcpSessions,
 			Create: client.CreateOptions{Template: q.Get("template"), Size: q.Get("size"), Network: q.Get("network")}})
-	}, &mcp.StreamableHTTPOptions{
+	}, mcp.StreamableHTTPOptions{
 		SessionTimeout: s.opts.MCPSessionTimeout,
 		// A call's payload (write_file's content) is held to the REST limits by the call it makes; this only
 		// bounds the envelope.

@@ -22,6 +22,8 @@ type Options struct {
 	Create client.CreateOptions
 	// Sessions holds the session → sandbox state; one table serves every server of a process.
 	Sessions *Sessions
+	// Connection says the transport is one connection (stdio): it is the session, whatever the protocol.
+	Connection bool
 }
 
 // runPythonFile is where run_python writes the program, as the SDKs' RunTool does (relative: in the
@@ -98,12 +100,20 @@ type SandboxOutput struct {
 	Info      *client.Info `json:"info,omitempty"`
 }
 
+// schemas caches the tools' schemas, inferred from their Go types: the gateway makes a server per new
+// session and per sessionless request.
+var schemas = mcp.NewSchemaCache()
+
 // NewServer returns an MCP server with the sandbox tools.
 func NewServer(opts Options) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Title: "Airlock sandboxes", Version: version.Version},
-		&mcp.ServerOptions{Instructions: "Tools to run commands and Python, and to move files, in a disposable Linux " +
-			"sandbox. In a session the first call creates the session's sandbox and its end deletes it; without a " +
-			"session every result gives sandbox_id, which later calls pass."})
+		&mcp.ServerOptions{
+			// All the SDK speaks, 2026-07-28 (sessionless) included, which it leaves out by default.
+			SupportedProtocolVersions: mcp.SupportedProtocolVersions(),
+			SchemaCache:               schemas,
+			Instructions: "Tools to run commands and Python, and to move files, in a disposable Linux " +
+				"sandbox. In a session the first call creates the session's sandbox and its end deletes it; without a " +
+				"session every result gives sandbox_id, which later calls pass."})
 	t := &tools{opts: opts}
 	desc := map[string]string{}
 	for _, d := range client.Tools(client.ToolContext{}) {
@@ -130,10 +140,10 @@ func NewServer(opts Options) *mcp.Server {
 
 type tools struct{ opts Options }
 
-// session returns the call's session state, or nil for a sessionless call (protocol 2026-07-28, which
-// does not initialise).
+// session returns the call's session state, or nil for a sessionless call: over HTTP one without an
+// Mcp-Session-Id (protocol 2026-07-28, served statelessly; see NewHTTPHandler).
 func (t *tools) session(req *mcp.CallToolRequest) (*session, error) {
-	if req.Session == nil || req.Session.InitializeParams() == nil {
+	if req.Session == nil || !t.opts.Connection && req.Session.ID() == "" {
 		return nil, nil
 	}
 	return t.opts.Sessions.get(req.Session)

@@ -93,10 +93,10 @@ func TestMCP(t *testing.T) {
 	otherNS, otherKey := gatewayTenant(t, 2)
 
 	t.Run("NoKey", func(t *testing.T) {
-		req, _ := http.NewRequest("POST", g.base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
 		for _, auth := range []string{"", "Bearer alk_not_a_key"} {
+			req, _ := http.NewRequest("POST", g.base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
 			if auth != "" {
 				req.Header.Set("Authorization", auth)
 			}
