@@ -11,6 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 declare -A NEEDED=(
 	[make]=make [git]=git [curl]=curl [python3]=python3 [jq]=jq [readelf]=binutils
 	[openssl]=openssl [ip]=iproute2 [ss]=iproute2 [sha256sum]=coreutils [flock]=util-linux
+	[node]=nodejs [npm]=npm
 )
 
 check_only=0
