@@ -143,7 +143,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 KUBECTL ?= $(K8S_BIN_DIR)/kubectl
 CHART_DIR := charts/airlock
 # The gateway image is built once cmd/gateway exists.
-AIRLOCK_IMAGES := manager init $(if $(wildcard cmd/gateway/main.go),gateway)
+AIRLOCK_IMAGES := manager init egress-proxy $(if $(wildcard cmd/gateway/main.go),gateway)
 # Import into the local cluster's containerd while it runs; built while it is down, an image is imported by
 # the next `hack/local-cluster.sh up`.
 IMAGE_IMPORT_ENV = AIRLOCK_IMAGES_DEFER_IMPORT=1
@@ -157,12 +157,14 @@ endef
 # `make images` (Cluster section) also builds Airlock's own images first.
 images: images-airlock
 
-.PHONY: images-airlock image-manager image-gateway image-init
-images-airlock: $(addprefix image-,$(AIRLOCK_IMAGES)) ## Build manager, gateway and init images into bin/images/ (imported when the local cluster runs).
+.PHONY: images-airlock image-manager image-gateway image-init image-egress-proxy
+images-airlock: $(addprefix image-,$(AIRLOCK_IMAGES)) ## Build manager, gateway, init and egress-proxy images into bin/images/ (imported when the local cluster runs).
 image-manager:
 	$(call airlock_image,manager,manager,manager)
 image-init:
 	$(call airlock_image,init,airlock-init,airlock-init)
+image-egress-proxy:
+	$(call airlock_image,egress-proxy,egress-proxy,egress-proxy)
 image-gateway:
 	@test -f cmd/gateway/main.go || { echo "cmd/gateway does not exist yet"; exit 1; }
 	$(call airlock_image,gateway,gateway,gateway)

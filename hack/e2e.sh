@@ -36,14 +36,17 @@ ldflags="-s -w -X airlock.dev/airlock/internal/version.Version=${VERSION}"
 CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/manager ./cmd/manager
 CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/airlock-init ./cmd/airlock-init
 CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/gateway ./cmd/gateway
+CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/egress-proxy ./cmd/egress-proxy
 init_image="localhost/airlock/init:${VERSION}"
 "${HACK_DIR}/images.sh" binary "${init_image}" bin/airlock-init >/dev/null
+egress_proxy_image="localhost/airlock/egress-proxy:${VERSION}"
+"${HACK_DIR}/images.sh" binary "${egress_proxy_image}" bin/egress-proxy >/dev/null
 "${HACK_DIR}/images.sh" sandbox >/dev/null
 sandbox_image="$("${HACK_DIR}/images.sh" ref sandbox)"
 
 eval "$("${cluster}" env)"
 export AIRLOCK_E2E_MANAGER="${ROOT_DIR}/bin/manager" AIRLOCK_E2E_GATEWAY="${ROOT_DIR}/bin/gateway" AIRLOCK_E2E_INIT_IMAGE="${init_image}"
-export AIRLOCK_E2E_SANDBOX_IMAGE="${sandbox_image}" AIRLOCK_E2E_KUBECTL="${K8S_BIN_DIR}/kubectl"
+export AIRLOCK_E2E_SANDBOX_IMAGE="${sandbox_image}" AIRLOCK_E2E_KUBECTL="${K8S_BIN_DIR}/kubectl" AIRLOCK_E2E_EGRESS_PROXY_IMAGE="${egress_proxy_image}"
 log "running end-to-end tests (sandbox image ${sandbox_image}, init image ${init_image})"
 go test ./test/e2e/ -count=1 -v -timeout 45m "$@"
 

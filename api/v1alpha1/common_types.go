@@ -22,19 +22,33 @@ type NetworkMode string
 const (
 	// NetworkNone denies all ingress and egress.
 	NetworkNone NetworkMode = "None"
-	// NetworkRestricted denies all ingress and allows only the listed egress, plus DNS to the cluster DNS.
+	// NetworkRestricted denies all ingress and allows only the listed hosts (through Airlock's egress proxy)
+	// and the listed CIDR egress; there is no DNS: the proxy resolves names.
 	NetworkRestricted NetworkMode = "Restricted"
 )
 
 // NetworkSpec says what a sandbox may reach over the network. Ingress is always denied.
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Restricted' || !has(self.egress) || size(self.egress) == 0",message="network.egress may only be set when network.mode is Restricted"
 type NetworkSpec struct {
-	// Mode is None (no network at all, the default) or Restricted (only the listed egress and cluster DNS).
+	// Mode is None (no network at all, the default) or Restricted (only the allowed hosts and the listed egress).
 	// +kubebuilder:default=None
 	// +optional
 	Mode NetworkMode `json:"mode,omitempty"`
 
-	// Egress lists the destinations a Restricted sandbox may open connections to.
+	// Allow lists the hosts a Restricted sandbox may reach through Airlock's egress proxy (HTTP and HTTPS, with
+	// HTTP_PROXY and HTTPS_PROXY set in the sandbox): exact names such as pypi.org and wildcards such as
+	// *.pythonhosted.org (names below it), on ports 80 and 443 unless an entry names its port
+	// (registry.example:8443). A sandbox made from a template may narrow the template's list but not widen it;
+	// Restricted without a list takes the template's. A template whose mode is None may list hosts too: they
+	// are what its sandboxes that ask for Restricted get. A Sandbox's own list needs mode Restricted.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=259
+	// +kubebuilder:validation:items:Pattern=`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[0-9]{1,5})?$`
+	// +listType=atomic
+	// +optional
+	Allow []string `json:"allow,omitempty"`
+
+	// Egress lists the CIDRs a Restricted sandbox may open connections to directly, for what needs raw TCP.
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	// +optional

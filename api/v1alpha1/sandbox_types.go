@@ -246,6 +246,10 @@ type IsolationEvidence struct {
 	// Node's status, unless the operator set --gate-target).
 	// +optional
 	GateTarget string `json:"gateTarget,omitempty"`
+	// ProxyTarget is the egress proxy address the gate reached once GateTarget was blocked: the positive
+	// control of a Restricted sandbox with an allowlist, whose policy allows only the proxy.
+	// +optional
+	ProxyTarget string `json:"proxyTarget,omitempty"`
 }
 
 // SandboxUsage is metered usage.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -54,6 +55,7 @@ func run() error {
 	fs.DurationVar(&podOpts.GateTimeout.Duration, "network-gate-timeout", podOpts.GateTimeout.Duration, "How long a new pod waits for its network isolation to take effect before it fails.")
 	fs.IntVar(&podOpts.ProcessLimit, "process-limit", podOpts.ProcessLimit, "Most processes the sandbox user may have (RLIMIT_NPROC) under --process-limit-runtime-classes; 0 disables.")
 	processRuntimes := fs.String("process-limit-runtime-classes", strings.Join(podOpts.ProcessLimitRuntimes, ","), "Comma-separated runtime classes whose pids limit kills the whole sandbox instead of failing fork (gVisor), so the process limit is applied inside.")
+	egressProxy := fs.String("egress-proxy-service", "", "namespace/name of the egress proxy's Service, which Restricted sandboxes with an allowlist (network.allow) reach their hosts through; empty: no proxy, and such sandboxes wait with reason EgressProxyUnavailable.")
 	fs.IntVar(&workers, "workers", 8, "How many sandboxes are reconciled concurrently.")
 	fs.IntVar(&qps, "kube-api-qps", 200, "Queries per second the manager may send to the API server.")
 	fs.IntVar(&burst, "kube-api-burst", 400, "Burst of queries the manager may send to the API server.")
@@ -128,6 +130,13 @@ func run() error {
 		Pod:       podOpts,
 		Metrics:   m,
 		Workers:   workers,
+	}
+	if *egressProxy != "" {
+		ns, name, ok := strings.Cut(*egressProxy, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--egress-proxy-service %q is not namespace/name", *egressProxy)
+		}
+		r.EgressProxy = &controller.ProxyLocator{Reader: mgr.GetAPIReader(), Service: types.NamespacedName{Namespace: ns, Name: name}, TTL: 10 * time.Second}
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up controller: %w", err)

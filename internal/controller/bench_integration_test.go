@@ -47,7 +47,7 @@ func BenchmarkCreateSandboxes(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			np := sandbox.BuildNetworkPolicy(s, r.Network)
+			np := sandbox.BuildNetworkPolicy(s, r.Network, nil)
 			if err := c.Create(ctx, np); err != nil {
 				return err
 			}

@@ -49,8 +49,26 @@ func buildEvidence(msg string, pod *corev1.Pod, node *corev1.Node, gateTarget st
 		return nil, fmt.Errorf("the gate probed %s, but the address known to listen is %s (node %s), so its %s proves nothing: do the nodes' kubelet ports differ? set the manager's --gate-target",
 			v.Target, want, node.Name, v.Gate)
 	}
+	if want := proxyTarget(pod); v.Proxy != want {
+		return nil, fmt.Errorf("the pod's gate was to reach the egress proxy %q and reports %q", want, v.Proxy)
+	}
 	return &airlockv1.IsolationEvidence{Kernel: v.Kernel, NodeKernel: node.Status.NodeInfo.KernelVersion,
-		GVisorMarker: v.GVisorMarker, Gate: string(v.Gate), GateTarget: v.Target}, nil
+		GVisorMarker: v.GVisorMarker, Gate: string(v.Gate), GateTarget: v.Target, ProxyTarget: v.Proxy}, nil
+}
+
+// proxyTarget is the egress proxy the pod's gate was told to reach; empty for sandboxes without an allowlist.
+func proxyTarget(pod *corev1.Pod) string {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name != sandbox.InitContainerName {
+			continue
+		}
+		for _, a := range c.Args {
+			if t, ok := strings.CutPrefix(a, sandbox.ProxyTargetFlag); ok {
+				return t
+			}
+		}
+	}
+	return ""
 }
 
 var describeIsolation = map[airlockv1.Isolation]string{airlockv1.IsolationGVisor: "gVisor",

@@ -36,6 +36,8 @@ const (
 	indexTemplate = "spec.templateRef.name"
 	// retryBlocked is how often a sandbox blocked on something without a watch (a rejected pod) is retried.
 	retryBlocked = 30 * time.Second
+	// retryProxy is how often a sandbox waiting for the egress proxy's Service looks again.
+	retryProxy = 5 * time.Second
 )
 
 // SandboxReconciler turns each Sandbox into one Pod and one NetworkPolicy, enforces its hard expiry and cleans
@@ -52,6 +54,8 @@ type SandboxReconciler struct {
 	Defaults  sandbox.Defaults
 	Pod       sandbox.PodOptions
 	Metrics   *metrics.Controller
+	// EgressProxy finds the egress proxy for sandboxes with an allowlist; nil when none is installed.
+	EgressProxy *ProxyLocator
 	// Workers is how many sandboxes are reconciled at once.
 	Workers int
 }
@@ -64,6 +68,7 @@ type SandboxReconciler struct {
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile runs the named steps in order. Each step either completes or returns the result to stop with.
@@ -83,6 +88,9 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	obs := observation{now: r.Clock.Now(), defaults: r.Defaults}
 	resolved, err := r.resolve(ctx, sbx, &obs)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.locateEgressProxy(ctx, &resolved, &obs); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.computeExpiry(sbx, resolved, &obs)
@@ -119,6 +127,9 @@ func (r *SandboxReconciler) requeue(obs observation) ctrl.Result {
 	after := at.Sub(obs.now)
 	if (obs.blocked != nil && obs.blocked.reason == ReasonPodRejected) || obs.evidenceErr != nil {
 		after = min(after, retryBlocked) // nodes are not watched
+	}
+	if obs.blocked != nil && obs.blocked.reason == ReasonEgressProxyUnavailable {
+		after = min(after, retryProxy) // the proxy's Service is not watched; it usually comes up with the install
 	}
 	return ctrl.Result{RequeueAfter: max(after, time.Millisecond)}
 }

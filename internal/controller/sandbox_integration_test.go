@@ -452,11 +452,10 @@ func TestIntegrationRestrictedNetworkPolicy(t *testing.T) {
 	}).obj())).To(Succeed())
 	_, np := getPodAndPolicy(t, c, ns, "r")
 	g.Expect(np.Spec.Ingress).To(BeEmpty())
-	g.Expect(np.Spec.Egress).To(HaveLen(2))
-	g.Expect(np.Spec.Egress[0].To[0].NamespaceSelector.MatchLabels).To(HaveKeyWithValue("kubernetes.io/metadata.name", "kube-system"))
-	g.Expect(np.Spec.Egress[1].To[0].IPBlock.CIDR).To(Equal("203.0.113.10/32"))
-	g.Expect(np.Spec.Egress[1].Ports[0].Port.IntVal).To(Equal(int32(443)))
-	g.Expect(*np.Spec.Egress[1].Ports[0].Protocol).To(Equal(corev1.ProtocolTCP))
+	g.Expect(np.Spec.Egress).To(HaveLen(1), "the listed CIDR only: no DNS")
+	g.Expect(np.Spec.Egress[0].To[0].IPBlock.CIDR).To(Equal("203.0.113.10/32"))
+	g.Expect(np.Spec.Egress[0].Ports[0].Port.IntVal).To(Equal(int32(443)))
+	g.Expect(*np.Spec.Egress[0].Ports[0].Protocol).To(Equal(corev1.ProtocolTCP))
 }
 
 func TestIntegrationAPIValidation(t *testing.T) {

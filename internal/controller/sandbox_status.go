@@ -43,6 +43,9 @@ const (
 	ReasonRuntimeNotIsolating = "RuntimeNotIsolating"
 	// ReasonRuntimeMismatch: the pod, seen from inside, is not isolated the way its handler promises.
 	ReasonRuntimeMismatch = "RuntimeMismatch"
+	// ReasonEgressProxyUnavailable: the sandbox has an allowlist and the egress proxy's Service is not there
+	// (or not usable); it waits for it.
+	ReasonEgressProxyUnavailable = "EgressProxyUnavailable"
 	// ReasonIdleTimeout: the sandbox went its idle timeout without activity, before its hard expiry.
 	ReasonIdleTimeout = "IdleTimeout"
 )
@@ -227,6 +230,10 @@ func gateState(pod *corev1.Pod, ev *airlockv1.IsolationEvidence, evidenceErr err
 		switch {
 		case s.State.Terminated.ExitCode != 0:
 			return gate{reason: ReasonGateFailed, message: "the pod's network probe failed: " + strings.TrimSpace(s.State.Terminated.Message)}
+		case ev != nil && ev.ProxyTarget != "":
+			return gate{passed: true, reason: ReasonIsolated, message: fmt.Sprintf(
+				"the NetworkPolicy is in effect: from inside the pod, %s (known to listen) was %s and the egress proxy %s was reached before any command ran",
+				ev.GateTarget, ev.Gate, ev.ProxyTarget)}
 		case ev != nil:
 			return gate{passed: true, reason: ReasonIsolated, message: fmt.Sprintf(
 				"the NetworkPolicy is in effect: from inside the pod, %s (known to listen) was %s before any command ran", ev.GateTarget, ev.Gate)}

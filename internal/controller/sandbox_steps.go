@@ -102,6 +102,32 @@ func fromSnapshot(sbx *airlockv1.Sandbox) sandbox.Resolved {
 	return res
 }
 
+// locateEgressProxy finds the egress proxy for a network with an allowlist; without one the sandbox waits,
+// since its policy and its HTTP_PROXY both need the proxy.
+func (r *SandboxReconciler) locateEgressProxy(ctx context.Context, res *sandbox.Resolved, obs *observation) error {
+	if obs.blocked != nil || !sandbox.NeedsProxy(res.Network) {
+		return nil
+	}
+	if r.EgressProxy == nil {
+		obs.blocked = &blocker{reason: ReasonEgressProxyUnavailable,
+			message: "network.allow needs Airlock's egress proxy, and the manager has none configured (--egress-proxy-service)"}
+		return nil
+	}
+	p, err := r.EgressProxy.Locate(ctx, obs.now)
+	if err != nil {
+		if apierrors.IsNotFound(err) || errors.Is(err, errProxyUnusable) {
+			obs.blocked = &blocker{reason: ReasonEgressProxyUnavailable, message: err.Error() + " (is the egress proxy installed?)"}
+			return nil
+		}
+		return err
+	}
+	res.EgressProxy = p
+	if obs.resolved != nil {
+		obs.resolved.EgressProxy = p
+	}
+	return nil
+}
+
 // computeExpiry fixes the absolute hard expiry the first time and moves it only when spec.timeout grows, and
 // computes the idle deadline from status.lastActivityAt.
 func (r *SandboxReconciler) computeExpiry(sbx *airlockv1.Sandbox, res sandbox.Resolved, obs *observation) {
@@ -129,7 +155,7 @@ func (r *SandboxReconciler) expire(ctx context.Context, sbx *airlockv1.Sandbox, 
 
 // ensurePolicy applies the deny-all policy before the pod exists, and restores it if anyone changed it.
 func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.Sandbox, res sandbox.Resolved, obs *observation) error {
-	want := sandbox.BuildNetworkPolicy(sbx, res.Network)
+	want := sandbox.BuildNetworkPolicy(sbx, res.Network, res.EgressProxy)
 	existing := &networkingv1.NetworkPolicy{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), existing)
 	switch {

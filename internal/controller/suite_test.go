@@ -15,6 +15,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -131,6 +132,8 @@ func createNode(c client.Client) error {
 type managerOptions struct {
 	clock    clock.PassiveClock
 	defaults *sandbox.Defaults
+	// egressProxy names the egress proxy's Service; none when empty.
+	egressProxy types.NamespacedName
 }
 
 // startManager runs the Sandbox controller against envtest until the test ends or the returned stop is called.
@@ -168,6 +171,9 @@ func startManager(tb testing.TB, o managerOptions) (stop func()) {
 		Pod:       sandbox.DefaultPodOptions("localhost/airlock/init:test"),
 		Metrics:   m,
 		Workers:   8,
+	}
+	if o.egressProxy.Name != "" {
+		r.EgressProxy = &ProxyLocator{Reader: mgr.GetAPIReader(), Service: o.egressProxy, TTL: time.Second}
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		tb.Fatalf("setting up controller: %v", err)

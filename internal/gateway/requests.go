@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/allowlist"
 )
 
 // CreateRequest is the body of POST /v1/sandboxes. Every field is optional: clients that send only
@@ -23,6 +24,7 @@ type CreateRequest struct {
 	TimeoutMinutes     *int              `json:"timeout_minutes,omitempty"`
 	IdleTimeoutMinutes *int              `json:"idle_timeout_minutes,omitempty"`
 	Network            string            `json:"network,omitempty"`
+	Allow              []string          `json:"allow,omitempty"`
 	Env                map[string]string `json:"env,omitempty"`
 	Metadata           map[string]string `json:"metadata,omitempty"`
 	Wait               *bool             `json:"wait,omitempty"`
@@ -170,6 +172,12 @@ func (c *CreateRequest) validate() *Error {
 	case "", "none", "restricted":
 	default:
 		return badField("network", `must be "none" or "restricted"; got %q`, c.Network)
+	}
+	if len(c.Allow) > 0 && c.Network != "restricted" {
+		return badField("allow", `needs network "restricted"`)
+	}
+	if _, err := allowlist.Parse(c.Allow); err != nil {
+		return badField("allow", "%v", err)
 	}
 	if e := validateEnv("env", c.Env); e != nil {
 		return e

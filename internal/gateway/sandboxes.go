@@ -19,6 +19,7 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/sandbox"
 )
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
@@ -48,6 +49,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p auth.Pr
 		return
 	}
 	if e := checkIdleTimeout(&req, &t); e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := checkAllow(&req, &t); e != nil {
 		writeError(w, e)
 		return
 	}
@@ -93,7 +98,8 @@ func buildSandbox(req *CreateRequest, p auth.Principal, tmpl string) (*airlockv1
 	case "none":
 		sb.Spec.Network = &airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone}
 	case "restricted":
-		sb.Spec.Network = &airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted}
+		// Without allow, the controller gives the sandbox its template's allowlist.
+		sb.Spec.Network = &airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted, Allow: req.Allow}
 	}
 	for _, k := range sortedKeys(req.Env) {
 		sb.Spec.Env = append(sb.Spec.Env, airlockv1.EnvVar{Name: k, Value: req.Env[k]})
@@ -116,6 +122,19 @@ func checkIdleTimeout(req *CreateRequest, t *airlockv1.SandboxTemplate) *Error {
 	}
 	if def := t.Spec.DefaultTimeout.Duration; time.Duration(*req.IdleTimeoutMinutes)*time.Minute > def {
 		return badField("idle_timeout_minutes", "must not exceed the template's default timeout of %g minutes; set a longer timeout_minutes", def.Minutes())
+	}
+	return nil
+}
+
+// checkAllow refuses an allowlist that reaches beyond the template's, which the controller would only report
+// later.
+func checkAllow(req *CreateRequest, t *airlockv1.SandboxTemplate) *Error {
+	if len(req.Allow) == 0 {
+		return nil
+	}
+	n := airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted, Allow: req.Allow}
+	if err := sandbox.NarrowAllow(&n, t.Spec.Network, t.Name); err != nil {
+		return badField("allow", "%v", err)
 	}
 	return nil
 }

@@ -36,6 +36,7 @@ func Setup(args []string, stderr io.Writer) int {
 	gateHost := fs.String("gate-host", "", "host of an address that listens and that the sandbox's policy blocks, e.g. the node IP; empty skips the gate")
 	gatePort := fs.Int("gate-port", 10250, "port on gate-host that listens but is blocked by the sandbox's policy (the kubelet's)")
 	gateTimeout := fs.Duration("gate-timeout", 30*time.Second, "how long to wait for isolation before failing the pod")
+	proxyTarget := fs.String("proxy-target", "", "host:port of the egress proxy, which must be reached once the gate target is blocked (Restricted sandboxes with an allowlist)")
 	termLog := fs.String("termination-log", terminationLog, "file the verdict or error is written to (Kubernetes creates it)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -60,6 +61,13 @@ func Setup(args []string, stderr io.Writer) int {
 		return fail(stderr, *termLog, err)
 	}
 	v := verdict.Verdict{Kernel: kernel, GVisorMarker: hasGVisorMarker(gvisorMarker), Gate: gate, Target: target, Took: took}
+	if *proxyTarget != "" {
+		// Only after the block: before the policy applies everything is reachable, which proves nothing.
+		if err := WaitReachable(&net.Dialer{Timeout: time.Second}, *proxyTarget, max(*gateTimeout-took, time.Second)); err != nil {
+			return fail(stderr, *termLog, err)
+		}
+		v.Proxy = *proxyTarget
+	}
 	fmt.Fprintf(stderr, "airlock-init: network isolation in effect after %s: %s %s\n", took.Round(time.Millisecond), target, gate)
 	writeTerminationLog(stderr, *termLog, v.String())
 	return 0
@@ -87,6 +95,22 @@ func WaitBlocked(d *net.Dialer, target string, timeout time.Duration) (verdict.G
 			return "", 0, fmt.Errorf("network isolation not in effect after %s: %s is still reachable from the sandbox (is a NetworkPolicy enforcer running?)", timeout, target)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WaitReachable dials target until a connection succeeds: the egress proxy, which a Restricted sandbox's
+// policy allows, must be reachable once the policy is in effect.
+func WaitReachable(d *net.Dialer, target string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		conn, err := d.Dial("tcp", target)
+		if err == nil {
+			return conn.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the egress proxy %s is not reachable from the sandbox after %s (%v): is it running (its Deployment in the Airlock namespace), and does a NetworkPolicy enforcer let its pods be reached?", target, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

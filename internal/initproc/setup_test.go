@@ -118,6 +118,44 @@ func TestSetupWritesVerdict(t *testing.T) {
 	}
 }
 
+// TestSetupReachesTheProxyAfterTheBlock: with a proxy target, the verdict names it only once it was reached;
+// an unreachable proxy fails the gate with a message that says so.
+func TestSetupReachesTheProxyAfterTheBlock(t *testing.T) {
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(closed.Addr().String())
+	closed.Close()
+	proxy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	run := func(proxyTarget string) (int, string, string) {
+		termLog := filepath.Join(t.TempDir(), "termination-log")
+		if err := os.WriteFile(termLog, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		code := Setup([]string{"--install-dir", t.TempDir(), "--gate-host", host, "--gate-port", port,
+			"--gate-timeout", "1s", "--proxy-target", proxyTarget, "--termination-log", termLog}, &stderr)
+		b, _ := os.ReadFile(termLog)
+		return code, string(b), stderr.String()
+	}
+	code, log, stderr := run(proxy.Addr().String())
+	if code != 0 {
+		t.Fatalf("setup exit %d: %s", code, stderr)
+	}
+	if v, err := verdict.Parse(log); err != nil || v.Proxy != proxy.Addr().String() {
+		t.Errorf("verdict %q (%v): want proxy=%s", log, err, proxy.Addr())
+	}
+	code, log, _ = run(net.JoinHostPort(host, port)) // nothing listens there
+	if code == 0 || !strings.Contains(log, "the egress proxy") || !strings.Contains(log, "is not reachable from the sandbox") {
+		t.Errorf("unreachable proxy: exit %d, %q", code, log)
+	}
+}
+
 func TestGVisorMarker(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "kernel_is_gvisor")

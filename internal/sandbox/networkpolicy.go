@@ -10,13 +10,28 @@ import (
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 )
 
-// DNS is where a Restricted sandbox may resolve names: the cluster DNS pods, and nothing else on port 53.
-var DNS = struct{ Namespace, PodLabelKey, PodLabelValue string }{"kube-system", "k8s-app", "kube-dns"}
+// EgressProxy is how Restricted sandboxes with an allowlist reach Airlock's egress proxy, read from its Service.
+type EgressProxy struct {
+	// Address is the Service's ClusterIP and port (host:port): the sandbox's HTTP_PROXY. An IP, since the
+	// sandbox has no DNS.
+	Address string
+	// Namespace and PodLabels select the proxy's pods, and PodPort is the port they listen on: the one
+	// destination the sandbox's NetworkPolicy allows for them.
+	Namespace string
+	PodLabels map[string]string
+	PodPort   int32
+}
+
+// NeedsProxy reports whether a network reaches hosts through the egress proxy.
+func NeedsProxy(n airlockv1.NetworkSpec) bool {
+	return n.Mode == airlockv1.NetworkRestricted && len(n.Allow) > 0
+}
 
 // BuildNetworkPolicy returns the sandbox's policy: it selects only the sandbox's pod and denies all ingress
-// and egress; Restricted mode adds exactly the listed egress and DNS to the cluster DNS pods. It must exist
-// before the pod starts, because connections opened before a policy applies survive it.
-func BuildNetworkPolicy(sbx *airlockv1.Sandbox, network airlockv1.NetworkSpec) *networkingv1.NetworkPolicy {
+// and egress; Restricted mode adds egress to the egress proxy's pods (when the sandbox has an allowlist) and
+// exactly the listed CIDR egress. There is no DNS rule: the proxy resolves names. The policy must exist before
+// the pod starts, because connections opened before a policy applies survive it.
+func BuildNetworkPolicy(sbx *airlockv1.Sandbox, network airlockv1.NetworkSpec, proxy *EgressProxy) *networkingv1.NetworkPolicy {
 	np := &networkingv1.NetworkPolicy{
 		TypeMeta: metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -34,7 +49,9 @@ func BuildNetworkPolicy(sbx *airlockv1.Sandbox, network airlockv1.NetworkSpec) *
 	if network.Mode != airlockv1.NetworkRestricted {
 		return np
 	}
-	np.Spec.Egress = append(np.Spec.Egress, dnsRule())
+	if NeedsProxy(network) && proxy != nil {
+		np.Spec.Egress = append(np.Spec.Egress, proxyRule(*proxy))
+	}
 	for _, e := range network.Egress {
 		rule := networkingv1.NetworkPolicyEgressRule{
 			To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: e.CIDR}}},
@@ -54,16 +71,12 @@ func BuildNetworkPolicy(sbx *airlockv1.Sandbox, network airlockv1.NetworkSpec) *
 	return np
 }
 
-func dnsRule() networkingv1.NetworkPolicyEgressRule {
-	port := intstr.FromInt32(53)
+func proxyRule(p EgressProxy) networkingv1.NetworkPolicyEgressRule {
 	return networkingv1.NetworkPolicyEgressRule{
 		To: []networkingv1.NetworkPolicyPeer{{
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": DNS.Namespace}},
-			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{DNS.PodLabelKey: DNS.PodLabelValue}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": p.Namespace}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: p.PodLabels},
 		}},
-		Ports: []networkingv1.NetworkPolicyPort{
-			{Protocol: ptr.To(corev1.ProtocolUDP), Port: &port},
-			{Protocol: ptr.To(corev1.ProtocolTCP), Port: &port},
-		},
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(p.PodPort))}},
 	}
 }

@@ -71,6 +71,8 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 	}
 
 	env := []corev1.EnvVar{{Name: "HOME", Value: r.WorkingDir}, {Name: "USER", Value: "sandbox"}}
+	// The network's own settings come before the template's and the sandbox's env, which win on a name.
+	env = append(env, NetworkEnv(r.Network, r.EgressProxy)...)
 	for _, e := range r.Env {
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
 	}
@@ -83,6 +85,16 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 	gateHost, gatePort := "$(AIRLOCK_NODE_IP)", strconv.Itoa(int(o.GatePort))
 	if h, p, err := net.SplitHostPort(o.GateTarget); err == nil {
 		gateHost, gatePort = h, p
+	}
+	initArgs := []string{"setup",
+		"--install-dir=" + ToolsDir,
+		"--gate-host=" + gateHost,
+		"--gate-port=" + gatePort,
+		"--gate-timeout=" + o.GateTimeout.Duration.String(),
+	}
+	if NeedsProxy(r.Network) && r.EgressProxy != nil {
+		// The positive control: after the kubelet is seen blocked, the proxy must be reached.
+		initArgs = append(initArgs, ProxyTargetFlag+r.EgressProxy.Address)
 	}
 
 	return &corev1.Pod{
@@ -99,6 +111,11 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To(terminationGrace),
 			Hostname:                      "sandbox",
+			// No resolver: a sandbox's policy allows no DNS (the egress proxy resolves names), and a lookup
+			// refused at once on loopback fails fast instead of retrying against servers it cannot reach.
+			DNSPolicy: corev1.DNSNone,
+			DNSConfig: &corev1.PodDNSConfig{Nameservers: []string{"127.0.0.1"},
+				Options: []corev1.PodDNSConfigOption{{Name: "attempts", Value: ptr.To("1")}, {Name: "timeout", Value: ptr.To("1")}}},
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsNonRoot:   ptr.To(nonRoot),
 				RunAsUser:      ptr.To(uid),
@@ -109,12 +126,7 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 			InitContainers: []corev1.Container{{
 				Name:  InitContainerName,
 				Image: o.InitImage,
-				Args: []string{"setup",
-					"--install-dir=" + ToolsDir,
-					"--gate-host=" + gateHost,
-					"--gate-port=" + gatePort,
-					"--gate-timeout=" + o.GateTimeout.Duration.String(),
-				},
+				Args:  initArgs,
 				Env: []corev1.EnvVar{{
 					Name:      "AIRLOCK_NODE_IP",
 					ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}},

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/allowlist"
 )
 
 // Defaults are the operator-wide settings that apply where neither the Sandbox nor its template says.
@@ -56,6 +57,9 @@ type Resolved struct {
 	// IdleTimeout expires the sandbox after this long without activity; 0 means never.
 	IdleTimeout time.Duration
 	Network     airlockv1.NetworkSpec
+	// EgressProxy is where the sandbox reaches its allowlist's hosts; the controller sets it when the
+	// network has an allowlist.
+	EgressProxy *EgressProxy
 	Env         []airlockv1.EnvVar
 	RunAsRoot   bool
 	Labels      map[string]string
@@ -98,11 +102,25 @@ func Resolve(sbx *airlockv1.Sandbox, tmpl *airlockv1.SandboxTemplate, d Defaults
 	switch {
 	case sbx.Spec.Network != nil:
 		r.Network = *sbx.Spec.Network.DeepCopy()
+		if r.Network.Mode != airlockv1.NetworkRestricted && len(r.Network.Allow) > 0 {
+			return Resolved{}, fmt.Errorf("spec.network.allow needs spec.network.mode Restricted")
+		}
+		if tmpl != nil {
+			if err := NarrowAllow(&r.Network, ts.Network, tmpl.Name); err != nil {
+				return Resolved{}, err
+			}
+		}
 	case ts.Network != nil:
 		r.Network = *ts.Network.DeepCopy()
 	}
 	if r.Network.Mode == "" {
 		r.Network.Mode = airlockv1.NetworkNone
+	}
+	if r.Network.Mode != airlockv1.NetworkRestricted {
+		r.Network.Allow = nil // a None template's list is for the sandboxes that ask for Restricted
+	}
+	if _, err := allowlist.Parse(r.Network.Allow); err != nil {
+		return Resolved{}, fmt.Errorf("network.allow: %w", err)
 	}
 
 	r.MaxTimeout = d.MaxTimeout
@@ -129,6 +147,34 @@ func Resolve(sbx *airlockv1.Sandbox, tmpl *airlockv1.SandboxTemplate, d Defaults
 		r.IdleTimeout = ts.DefaultIdleTimeout.Duration
 	}
 	return r, nil
+}
+
+// NarrowAllow applies a template's allowlist to a sandbox's Restricted network: none of its own means the
+// template's; its own may only narrow the template's, never reach a host the template does not permit. The
+// template's list counts whatever the template's own mode: a None template lists what Restricted gets.
+func NarrowAllow(n *airlockv1.NetworkSpec, tmplNet *airlockv1.NetworkSpec, tmplName string) error {
+	if n.Mode != airlockv1.NetworkRestricted {
+		return nil
+	}
+	var tmplAllow []string
+	if tmplNet != nil {
+		tmplAllow = tmplNet.Allow
+	}
+	if len(n.Allow) == 0 {
+		n.Allow = slices.Clone(tmplAllow)
+		return nil
+	}
+	permitted, err := allowlist.Parse(tmplAllow)
+	if err != nil {
+		return fmt.Errorf("template %s's network.allow: %w", tmplName, err)
+	}
+	for _, a := range n.Allow {
+		if !permitted.Covers(a) {
+			return fmt.Errorf("network.allow entry %q is not within template %s's allowlist [%s]: a sandbox may narrow its template's allowlist, not widen it",
+				a, tmplName, strings.Join(tmplAllow, ", "))
+		}
+	}
+	return nil
 }
 
 // CheckRuntime says whether a sandbox may run under a RuntimeClass with this handler: an isolating one, or

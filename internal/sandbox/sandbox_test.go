@@ -342,29 +342,128 @@ func TestRootPodFailsRestrictedButKeepsNoPrivileges(t *testing.T) {
 }
 
 func TestNetworkPolicyDenyAllAndRestricted(t *testing.T) {
-	np := BuildNetworkPolicy(sbx(), airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone})
+	np := BuildNetworkPolicy(sbx(), airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone}, &testProxy)
 	if len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 {
 		t.Errorf("mode None: want deny-all both ways, got %+v", np.Spec)
 	}
 	np = BuildNetworkPolicy(sbx(), airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted, Egress: []airlockv1.EgressRule{
 		{CIDR: "203.0.113.0/24", Ports: []airlockv1.EgressPort{{Port: 443}, {Port: 53, Protocol: corev1.ProtocolUDP}}},
 		{CIDR: "198.51.100.7/32"},
-	}})
+	}}, &testProxy)
 	if len(np.Spec.Ingress) != 0 {
 		t.Error("Restricted must still deny all ingress")
 	}
-	if len(np.Spec.Egress) != 3 {
-		t.Fatalf("want DNS + 2 rules, got %d", len(np.Spec.Egress))
+	if len(np.Spec.Egress) != 2 {
+		t.Fatalf("want exactly the 2 CIDR rules (no DNS, no proxy without an allowlist), got %d", len(np.Spec.Egress))
 	}
-	dns := np.Spec.Egress[0]
-	if dns.To[0].IPBlock != nil || dns.To[0].PodSelector.MatchLabels["k8s-app"] != "kube-dns" {
-		t.Errorf("DNS must be allowed only to the cluster DNS pods, got %+v", dns.To)
-	}
-	if p := np.Spec.Egress[1].Ports; len(p) != 2 || *p[0].Protocol != corev1.ProtocolTCP || *p[1].Protocol != corev1.ProtocolUDP {
+	if p := np.Spec.Egress[0].Ports; len(p) != 2 || *p[0].Protocol != corev1.ProtocolTCP || *p[1].Protocol != corev1.ProtocolUDP {
 		t.Errorf("ports: got %+v", p)
 	}
-	if len(np.Spec.Egress[2].Ports) != 0 {
+	if len(np.Spec.Egress[1].Ports) != 0 {
 		t.Error("a rule without ports allows every port of its CIDR")
+	}
+}
+
+func withTmpl(name string) func(*airlockv1.Sandbox) {
+	return func(s *airlockv1.Sandbox) { s.Spec.TemplateRef = &airlockv1.TemplateReference{Name: name} }
+}
+
+var testProxy = EgressProxy{Address: "10.96.7.7:3128", Namespace: "airlock-system",
+	PodLabels: map[string]string{"app.kubernetes.io/name": "airlock-egress-proxy"}, PodPort: 3128}
+
+func TestRestrictedAllowlistReachesOnlyTheProxy(t *testing.T) {
+	n := airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted, Allow: []string{"pypi.org"}}
+	np := BuildNetworkPolicy(sbx(), n, &testProxy)
+	if len(np.Spec.Egress) != 1 {
+		t.Fatalf("want one rule (the proxy's pods), got %+v", np.Spec.Egress)
+	}
+	r := np.Spec.Egress[0]
+	if len(r.To) != 1 || r.To[0].IPBlock != nil || r.To[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "airlock-system" ||
+		r.To[0].PodSelector.MatchLabels["app.kubernetes.io/name"] != "airlock-egress-proxy" {
+		t.Errorf("peer: %+v", r.To)
+	}
+	if len(r.Ports) != 1 || r.Ports[0].Port.IntVal != 3128 || *r.Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Errorf("ports: %+v", r.Ports)
+	}
+
+	res := Resolved{Image: "img", RuntimeClassName: "gvisor", WorkingDir: DefaultWorkingDir, Network: n, EgressProxy: &testProxy}
+	pod := BuildPod(sbx(), res, DefaultPodOptions("init:1"))
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		if env[k] != "http://10.96.7.7:3128" {
+			t.Errorf("%s = %q, want the proxy Service's IP", k, env[k])
+		}
+	}
+	if env[NetworkModeEnv] != "restricted" || env["PIP_INDEX_URL"] != "" {
+		t.Errorf("restricted env: %v", env)
+	}
+	if !slices.Contains(pod.Spec.InitContainers[0].Args, ProxyTargetFlag+"10.96.7.7:3128") {
+		t.Errorf("the gate is not told to reach the proxy: %v", pod.Spec.InitContainers[0].Args)
+	}
+	if pod.Spec.DNSPolicy != corev1.DNSNone || pod.Spec.DNSConfig.Nameservers[0] != "127.0.0.1" {
+		t.Errorf("want no resolver, got %s %+v", pod.Spec.DNSPolicy, pod.Spec.DNSConfig)
+	}
+}
+
+func TestModeNoneToolsFailFast(t *testing.T) {
+	res := Resolved{Image: "img", RuntimeClassName: "gvisor", WorkingDir: DefaultWorkingDir, Network: airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone},
+		Env: []airlockv1.EnvVar{{Name: "PIP_INDEX_URL", Value: "http://mine/"}}}
+	pod := BuildPod(sbx(), res, DefaultPodOptions("init:1"))
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value // later entries win, as in the kubelet
+	}
+	if env["PIP_RETRIES"] != "0" || env["npm_config_fetch_retries"] != "0" || env[NetworkModeEnv] != "none" || env["HTTP_PROXY"] != "" {
+		t.Errorf("mode None env: %v", env)
+	}
+	if env["PIP_INDEX_URL"] != "http://mine/" {
+		t.Errorf("the template's env must win over the defaults, got %q", env["PIP_INDEX_URL"])
+	}
+	if slices.ContainsFunc(pod.Spec.InitContainers[0].Args, func(a string) bool { return strings.HasPrefix(a, ProxyTargetFlag) }) {
+		t.Error("mode None must not probe the proxy")
+	}
+}
+
+func TestAllowlistNarrowsTheTemplates(t *testing.T) {
+	tmpl := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "py"}, Spec: airlockv1.SandboxTemplateSpec{Image: "img",
+		Network: &airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted, Allow: []string{"pypi.org", "*.pythonhosted.org"}}}}
+	restricted := func(allow ...string) *airlockv1.Sandbox {
+		s := sbx()
+		s.Spec.Network = &airlockv1.NetworkSpec{Mode: airlockv1.NetworkRestricted, Allow: allow}
+		return s
+	}
+	r, err := Resolve(restricted(), tmpl, DefaultDefaults())
+	if err != nil || !slices.Equal(r.Network.Allow, []string{"pypi.org", "*.pythonhosted.org"}) {
+		t.Errorf("restricted without a list: %v %v, want the template's", r.Network.Allow, err)
+	}
+	r, err = Resolve(restricted("files.pythonhosted.org"), tmpl, DefaultDefaults())
+	if err != nil || !slices.Equal(r.Network.Allow, []string{"files.pythonhosted.org"}) {
+		t.Errorf("narrowed: %v %v", r.Network.Allow, err)
+	}
+	if _, err := Resolve(restricted("pypi.org", "evil.example"), tmpl, DefaultDefaults()); err == nil || !strings.Contains(err.Error(), `"evil.example" is not within template py's allowlist`) {
+		t.Errorf("widened: %v", err)
+	}
+	tmpl.Spec.Network.Mode = airlockv1.NetworkNone // the default template's way: None unless asked
+	r, err = Resolve(restricted(), tmpl, DefaultDefaults())
+	if err != nil || len(r.Network.Allow) != 2 {
+		t.Errorf("restricted from a None template with a list: %v %v, want the template's list", r.Network.Allow, err)
+	}
+	r, err = Resolve(sbx(withTmpl("py")), tmpl, DefaultDefaults())
+	if err != nil || r.Network.Mode != airlockv1.NetworkNone || r.Network.Allow != nil {
+		t.Errorf("the None template's own network: %+v %v, want None without a list", r.Network, err)
+	}
+	noneWithList := sbx()
+	noneWithList.Spec.Network = &airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone, Allow: []string{"pypi.org"}}
+	if _, err := Resolve(noneWithList, nil, DefaultDefaults()); err == nil {
+		t.Error("a sandbox's own list without Restricted must be refused")
+	}
+	noTmpl := restricted("10.0.0.1")
+	noTmpl.Spec.Image = "img"
+	if _, err := Resolve(noTmpl, nil, DefaultDefaults()); err == nil {
+		t.Error("an address in network.allow must be refused")
 	}
 }
 
@@ -390,7 +489,7 @@ func TestOtherSelectingPolicies(t *testing.T) {
 }
 
 func TestPolicyMatchesIgnoresNilVersusEmpty(t *testing.T) {
-	want := BuildNetworkPolicy(sbx(), airlockv1.NetworkSpec{})
+	want := BuildNetworkPolicy(sbx(), airlockv1.NetworkSpec{}, nil)
 	got := want.DeepCopy()
 	got.Spec.Ingress, got.Spec.Egress = nil, nil
 	if !PolicyMatches(got, want) {

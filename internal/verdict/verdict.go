@@ -36,6 +36,9 @@ type Verdict struct {
 	Target string
 	// Took is how long the gate waited for the block.
 	Took time.Duration
+	// Proxy, when set, is the egress proxy (host:port) the gate reached after its target was blocked: the
+	// positive control of a Restricted sandbox with an allowlist. Optional.
+	Proxy string
 }
 
 // String formats v as one line, e.g.
@@ -45,11 +48,15 @@ func (v Verdict) String() string {
 	if v.GVisorMarker {
 		marker = "yes"
 	}
-	return fmt.Sprintf("%s kernel=%s gvisor-marker=%s gate=%s target=%s took=%s",
+	s := fmt.Sprintf("%s kernel=%s gvisor-marker=%s gate=%s target=%s took=%s",
 		prefix, v.Kernel, marker, v.Gate, v.Target, v.Took.Round(time.Millisecond))
+	if v.Proxy != "" {
+		s += " proxy=" + v.Proxy
+	}
+	return s
 }
 
-// Parse reads a verdict written by String. Every field is required and known.
+// Parse reads a verdict written by String. Every field is required and known, but proxy, which is optional.
 func Parse(s string) (Verdict, error) {
 	fields := strings.Fields(s)
 	if len(fields) == 0 || fields[0] != prefix {
@@ -71,10 +78,14 @@ func Parse(s string) (Verdict, error) {
 			return Verdict{}, fmt.Errorf("verdict has no %s", k)
 		}
 	}
-	if len(kv) != 5 {
+	want := 5
+	if _, ok := kv["proxy"]; ok {
+		want = 6
+	}
+	if len(kv) != want {
 		return Verdict{}, fmt.Errorf("verdict has unknown fields: %q", s)
 	}
-	v := Verdict{Kernel: kv["kernel"], Gate: Gate(kv["gate"]), Target: kv["target"]}
+	v := Verdict{Kernel: kv["kernel"], Gate: Gate(kv["gate"]), Target: kv["target"], Proxy: kv["proxy"]}
 	switch kv["gvisor-marker"] {
 	case "yes":
 		v.GVisorMarker = true

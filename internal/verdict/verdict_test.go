@@ -11,6 +11,7 @@ func TestRoundTrip(t *testing.T) {
 		{Kernel: "4.4.0", GVisorMarker: true, Gate: GateRefused, Target: "10.123.0.1:10250", Took: 12 * time.Millisecond},
 		{Kernel: "6.1.0-18-amd64", Gate: GateTimeout, Target: "[fd00::1]:10250", Took: 0},
 		{Kernel: "5.10.0", Gate: GateProhibited, Target: "10.0.0.5:10250", Took: 3 * time.Second},
+		{Kernel: "4.4.0", GVisorMarker: true, Gate: GateRefused, Target: "10.123.0.1:10250", Took: time.Millisecond, Proxy: "10.96.7.7:3128"},
 	} {
 		got, err := Parse(v.String())
 		if err != nil {
@@ -36,6 +37,8 @@ func TestParseRejects(t *testing.T) {
 		"marker not yes/no":                   strings.Replace(ok, "gvisor-marker=yes", "gvisor-marker=maybe", 1),
 		"unknown field":                       ok + " extra=1",
 		"repeated field":                      ok + " kernel=6.1.0",
+		"proxy and an unknown field":          ok + " proxy=10.96.7.7:3128 extra=1",
+		"empty proxy":                         ok + " proxy=",
 		"bad duration":                        strings.Replace(ok, "took=12ms", "took=soon", 1),
 		"empty value":                         strings.Replace(ok, "kernel=4.4.0", "kernel=", 1),
 	} {

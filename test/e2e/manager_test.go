@@ -27,7 +27,7 @@ func startManager(extra ...string) (*managerProc, error) {
 	}
 	args := append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false",
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
-		"--init-image", initImage, "--zap-log-level=info"}, extra...)
+		"--init-image", initImage, "--zap-log-level=info", "--egress-proxy-service=" + egressProxyNS + "/" + egressProxyName}, extra...)
 	args = append(args, execGuardArgs...)
 	cmd := child.DieWithParent(exec.Command(managerBin, args...))
 	cmd.Stdout, cmd.Stderr = f, f

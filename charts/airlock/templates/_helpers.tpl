@@ -134,3 +134,4 @@ Names of its objects, shared by the webhook objects and the manager's flags.
 
 {{/* The token Secret of the metrics scraper ServiceAccount (metrics-rbac.yaml), referenced by the ServiceMonitor. */}}
 {{- define "airlock.metricsScraperSecret" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "metrics-scraper-token") }}{{- end -}}
+{{- define "airlock.egressProxyName" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "egress-proxy") }}{{- end -}}
