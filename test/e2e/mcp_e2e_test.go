@@ -194,8 +194,15 @@ func TestMCP(t *testing.T) {
 		if text, _, _ := callTool(t, cs, "read_file", map[string]any{"path": "f.txt", "sandbox_id": id}); text != "hi\n" {
 			t.Errorf("a later call with the sandbox_id: %q", text)
 		}
-		if _, out, _ := callTool(t, cs, "delete_sandbox", map[string]any{"sandbox_id": id}); out["deleted"] != true {
-			t.Errorf("delete_sandbox: %v", out)
+		// No session: a call without sandbox_id gets a sandbox of its own.
+		_, out2, _ := callTool(t, cs, "run_command", map[string]any{"command": "test -e f.txt || echo fresh"})
+		if id2, _ := out2["sandbox_id"].(string); id2 == "" || id2 == id || out2["stdout"] != "fresh\n" {
+			t.Errorf("a sessionless call without sandbox_id: %v; want a new sandbox", out2)
+		}
+		for _, sb := range []any{id, out2["sandbox_id"]} {
+			if _, out, _ := callTool(t, cs, "delete_sandbox", map[string]any{"sandbox_id": sb}); out["deleted"] != true {
+				t.Errorf("delete_sandbox: %v", out)
+			}
 		}
 		noSandboxLeft(t, ns)
 	})
