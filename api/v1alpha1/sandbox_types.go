@@ -9,7 +9,8 @@ import (
 // because the sandbox's pod cannot change under a running agent.
 // +kubebuilder:validation:XValidation:rule="!has(self.idleTimeout) || !has(self.timeout) || duration(self.idleTimeout) <= duration(self.timeout)",message="spec.idleTimeout must not exceed spec.timeout: the hard timeout caps the whole lifetime"
 // +kubebuilder:validation:XValidation:rule="has(self.templateRef) != has(self.image)",message="exactly one of spec.templateRef or spec.image must be set"
-// +kubebuilder:validation:XValidation:rule="has(self.templateRef) == has(oldSelf.templateRef) && has(self.image) == has(oldSelf.image) && has(self.runtimeClassName) == has(oldSelf.runtimeClassName) && has(self.size) == has(oldSelf.size) && has(self.resources) == has(oldSelf.resources) && has(self.network) == has(oldSelf.network) && has(self.env) == has(oldSelf.env) && has(self.labels) == has(oldSelf.labels) && has(self.idleTimeout) == has(oldSelf.idleTimeout)",message="only spec.timeout may be added or changed after creation: templateRef, image, runtimeClassName, size, resources, network, env, labels and idleTimeout are fixed"
+// +kubebuilder:validation:XValidation:rule="!has(self.poolRef) || has(self.templateRef)",message="spec.poolRef needs spec.templateRef, the pool's template: a cold create falls back to it"
+// +kubebuilder:validation:XValidation:rule="has(self.templateRef) == has(oldSelf.templateRef) && has(self.image) == has(oldSelf.image) && has(self.runtimeClassName) == has(oldSelf.runtimeClassName) && has(self.size) == has(oldSelf.size) && has(self.resources) == has(oldSelf.resources) && has(self.network) == has(oldSelf.network) && has(self.env) == has(oldSelf.env) && has(self.labels) == has(oldSelf.labels) && has(self.idleTimeout) == has(oldSelf.idleTimeout) && has(self.poolRef) == has(oldSelf.poolRef)",message="only spec.timeout may be added or changed after creation: templateRef, image, runtimeClassName, size, resources, network, env, labels, idleTimeout and poolRef are fixed"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.timeout) || (has(self.timeout) && duration(self.timeout) >= duration(oldSelf.timeout))",message="spec.timeout may only grow"
 type SandboxSpec struct {
 	// TemplateRef names the SandboxTemplate, in the same namespace, that supplies the image and defaults.
@@ -85,6 +86,15 @@ type SandboxSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.workingDir is immutable"
 	// +optional
 	WorkingDir string `json:"workingDir,omitempty"`
+
+	// PoolRef names a SandboxPool, in the same namespace, to claim a warm pod from: the sandbox adopts a ready
+	// member instead of waiting for a new pod, and env and labels are applied at the claim. The sandbox's
+	// settings must resolve to the pool's (same template and network, no image, runtime, size or resources of
+	// its own); when they do not, or no member is ready, a pod is created as without a pool
+	// (status.pool.result Cold).
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.poolRef is immutable"
+	// +optional
+	PoolRef *PoolReference `json:"poolRef,omitempty"`
 
 	// Labels are copied onto the sandbox's pod. Keys under sandbox.airlock.dev/ are reserved.
 	// +kubebuilder:validation:MaxProperties=32
@@ -178,7 +188,8 @@ type SandboxStatus struct {
 	// +optional
 	MaxTimeout *metav1.Duration `json:"maxTimeout,omitempty"`
 
-	// StartedAt is when the pod's sandbox container started; usage counts from here.
+	// StartedAt is when the pod's sandbox container started, or when a warm pool member was claimed; usage
+	// counts from here.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 
@@ -197,6 +208,10 @@ type SandboxStatus struct {
 	// idleTimeout. Written by the gateway only; the controller only reads it.
 	// +optional
 	LastActivityAt *metav1.Time `json:"lastActivityAt,omitempty"`
+
+	// Pool records the claim of a sandbox that named a pool: Warm with the time it adopted a member, or Cold.
+	// +optional
+	Pool *PoolClaimStatus `json:"pool,omitempty"`
 
 	// Usage is what the sandbox has used, recorded on each transition and finally on deletion.
 	// +optional

@@ -156,9 +156,9 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	// Sandboxes and templates cached cluster-wide: exec and files read them on every call.
+	// Sandboxes and templates cached cluster-wide: exec and files read them on every call; pools on every create.
 	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
-		&airlockv1.Sandbox{}: {}, &airlockv1.SandboxTemplate{}: {},
+		&airlockv1.Sandbox{}: {}, &airlockv1.SandboxTemplate{}: {}, &airlockv1.SandboxPool{}: {},
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
@@ -169,6 +169,9 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 	}
 	if _, err := ca.GetInformer(ctx, &airlockv1.SandboxTemplate{}); err != nil {
 		return nil, fmt.Errorf("template informer: %w", err)
+	}
+	if _, err := ca.GetInformer(ctx, &airlockv1.SandboxPool{}); err != nil {
+		return nil, fmt.Errorf("pool informer: %w", err)
 	}
 	usage := gateway.NewUsageCollector(func() []airlockv1.Sandbox {
 		var l airlockv1.SandboxList

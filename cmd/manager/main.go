@@ -138,6 +138,9 @@ func run() error {
 		}
 		r.EgressProxy = &controller.ProxyLocator{Reader: mgr.GetAPIReader(), Service: types.NamespacedName{Namespace: ns, Name: name}, TTL: 10 * time.Second}
 	}
+	if err := setupPools(mgr, r); err != nil {
+		return err
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up controller: %w", err)
 	}

@@ -58,12 +58,15 @@ type SandboxReconciler struct {
 	EgressProxy *ProxyLocator
 	// Workers is how many sandboxes are reconciled at once.
 	Workers int
+	// Pools claims warm members for sandboxes that name a SandboxPool (sandbox_claim.go); nil: never.
+	Pools *PoolClaimer
 }
 
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxes,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxes/finalizers,verbs=update
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxtemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxpools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
@@ -97,6 +100,9 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if obs.expired() {
 		return ctrl.Result{}, ignoreConflict(r.expire(ctx, sbx, before, obs))
 	}
+	if err := r.claimFromPool(ctx, sbx, resolved, &obs); err != nil {
+		return ctrl.Result{}, err
+	}
 	if obs.blocked == nil {
 		if err := r.ensurePolicy(ctx, sbx, resolved, &obs); err != nil {
 			return ctrl.Result{}, err
@@ -113,7 +119,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.observeRuntime(ctx, sbx, &obs); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.writeStatus(ctx, sbx, before, obs); err != nil {
+	if err := r.writeClaimedStatus(ctx, sbx, before, obs); err != nil {
 		return ctrl.Result{}, ignoreConflict(err)
 	}
 	return r.requeue(obs), nil
@@ -166,6 +172,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&airlockv1.SandboxTemplate{}, handler.EnqueueRequestsFromMapFunc(r.pendingForTemplate),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&nodev1.RuntimeClass{}, handler.EnqueueRequestsFromMapFunc(r.pendingForRuntimeClass)).
+		Watches(&airlockv1.SandboxPool{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesWaitingForPool)).
 		Named("sandbox").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)

@@ -70,7 +70,7 @@ func terminating(sbx *airlockv1.Sandbox, now time.Time) observation {
 // the cache: deleting the policy while a stale cache hides a running pod would open it.
 func (r *SandboxReconciler) deletePod(ctx context.Context, sbx *airlockv1.Sandbox) (bool, error) {
 	pod := &corev1.Pod{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sbx.Name}, pod)
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: podNameOf(sbx)}, pod)
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, nil
@@ -94,7 +94,7 @@ func (r *SandboxReconciler) deletePod(ctx context.Context, sbx *airlockv1.Sandbo
 
 func (r *SandboxReconciler) deletePolicy(ctx context.Context, sbx *airlockv1.Sandbox) error {
 	np := &networkingv1.NetworkPolicy{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sbx.Name}, np)
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: podNameOf(sbx)}, np)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -83,6 +83,8 @@ type observation struct {
 	// evidence is the init container's checked verdict, read once; evidenceErr says why it proves nothing.
 	evidence    *airlockv1.IsolationEvidence
 	evidenceErr error
+	// claim is what the pool claim decided in this pass (sandbox_claim.go).
+	claim *claimObs
 	// defaults are the operator's settings, for the runtime checks.
 	defaults sandbox.Defaults
 }
@@ -95,6 +97,13 @@ func computeStatus(sbx *airlockv1.Sandbox, obs observation) airlockv1.SandboxSta
 	st.ExpiresAt = obs.expiresAt
 	if obs.pod != nil && st.PodName == "" && obs.resolved != nil {
 		snapshot(&st, *obs.resolved)
+	}
+	if obs.claim != nil {
+		// A claimed member has run unclaimed for a while: the sandbox's usage starts at the claim.
+		st.Pool = obs.claim.status()
+		if obs.claim.warm && st.StartedAt == nil {
+			st.StartedAt = st.Pool.ClaimedAt.DeepCopy()
+		}
 	}
 	if obs.pod != nil {
 		st.PodName = obs.pod.Name

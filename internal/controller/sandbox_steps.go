@@ -156,10 +156,13 @@ func (r *SandboxReconciler) expire(ctx context.Context, sbx *airlockv1.Sandbox, 
 // ensurePolicy applies the deny-all policy before the pod exists, and restores it if anyone changed it.
 func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.Sandbox, res sandbox.Resolved, obs *observation) error {
 	want := sandbox.BuildNetworkPolicy(sbx, res.Network, res.EgressProxy)
+	if m := claimedMember(sbx, obs); m != "" {
+		want = sandbox.ClaimedPolicy(sbx, m, res.Network, res.EgressProxy)
+	}
 	existing := &networkingv1.NetworkPolicy{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), existing)
 	switch {
-	case err == nil && !metav1.IsControlledBy(existing, sbx):
+	case err == nil && !metav1.IsControlledBy(existing, sbx) && !adoptedFromPool(existing, sbx, obs):
 		obs.blocked = &blocker{reason: ReasonNameConflict, permanent: true,
 			message: fmt.Sprintf("a NetworkPolicy named %q exists and does not belong to this sandbox", want.Name)}
 		return nil
@@ -204,8 +207,11 @@ func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.San
 // ensurePod creates the pod once. A pod that existed and is gone fails the sandbox: a fresh pod would silently
 // lose the agent's files.
 func (r *SandboxReconciler) ensurePod(ctx context.Context, sbx *airlockv1.Sandbox, res sandbox.Resolved, obs *observation) error {
+	if obs.pod != nil {
+		return nil // a pool member claimed in this pass
+	}
 	pod := &corev1.Pod{}
-	key := client.ObjectKey{Namespace: sbx.Namespace, Name: sbx.Name}
+	key := client.ObjectKey{Namespace: sbx.Namespace, Name: podNameOf(sbx)}
 	err := r.Get(ctx, key, pod)
 	if apierrors.IsNotFound(err) && sbx.Status.PodName != "" {
 		// The cache may lag; only the API server may declare the pod lost.
@@ -267,7 +273,7 @@ func (r *SandboxReconciler) observeIsolation(ctx context.Context, sbx *airlockv1
 	if err := r.List(ctx, &policies, client.InNamespace(sbx.Namespace)); err != nil {
 		return fmt.Errorf("listing network policies: %w", err)
 	}
-	others, err := sandbox.OtherSelectingPolicies(obs.pod.Labels, sbx.Name, policies.Items)
+	others, err := sandbox.OtherSelectingPolicies(obs.pod.Labels, obs.pod.Name, policies.Items)
 	if err != nil {
 		return err
 	}

@@ -118,10 +118,12 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 	}
 	var res *exec.Result
 	var err error
+	mask := s.maskerFor(r.Context(), sb)
 	if wantsNDJSON(r) {
-		res, err = s.streamExec(w, r, xr)
+		res, err = s.streamExec(w, r, xr, mask)
 	} else {
 		res, err = s.opts.Engine.Stream(r.Context(), xr, nil)
+		mask.result(res)
 		if res != nil {
 			// A result with an error (the call was cut short) is still the best answer there is.
 			w.Header().Set("Content-Type", "application/json")
@@ -183,6 +185,9 @@ func (s *Server) readySandbox(ctx context.Context, p auth.Principal, id string) 
 		}
 		return nil, e
 	}
+	if _, e := s.sandboxSecrets(ctx, sb); e != nil {
+		return nil, e
+	}
 	return sb, nil
 }
 
@@ -196,7 +201,7 @@ func (s *Server) execRequest(ctx context.Context, sb *airlockv1.Sandbox, req *Ex
 		Argv:      req.Argv,
 		Shell:     req.Command,
 		Cwd:       wd,
-		Env:       req.Env,
+		Env:       s.execEnv(ctx, sb, req.Env),
 		Timeout:   DefaultExecTimeout * time.Millisecond,
 		KeepBytes: int(s.outputBudget(ctx, sb)),
 	}

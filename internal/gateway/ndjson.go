@@ -81,12 +81,20 @@ func (n *ndjsonWriter) result(resp ExecResponse) error {
 
 // streamExec runs the command, writing output lines as they come and the result last. An error after the
 // first line becomes a final {"error": ...} line, unless there is a (partial) result to end with.
-func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, xr exec.Request) (*exec.Result, error) {
+func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, xr exec.Request, mask *masker) (*exec.Result, error) {
 	nw := newNDJSONWriter(w)
 	nw.enc.SetEscapeHTML(false)
-	res, err := s.opts.Engine.Stream(r.Context(), xr, func(c exec.Chunk) error {
-		return nw.line(ChunkLine{Stream: c.Stream, Data: c.Data})
-	})
+	send := func(cs []exec.Chunk) error {
+		for _, c := range cs {
+			if err := nw.line(ChunkLine{Stream: c.Stream, Data: c.Data}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	res, err := s.opts.Engine.Stream(r.Context(), xr, func(c exec.Chunk) error { return send(mask.chunk(c)) })
+	_ = send(mask.flush())
+	mask.result(res)
 	switch {
 	case res != nil && r.Context().Err() == nil:
 		_ = nw.result(responseOf(res, err))

@@ -26,7 +26,10 @@ type CreateRequest struct {
 	Network            string            `json:"network,omitempty"`
 	Allow              []string          `json:"allow,omitempty"`
 	Env                map[string]string `json:"env,omitempty"`
-	Metadata           map[string]string `json:"metadata,omitempty"`
+	// Secrets are like env, but kept in a Secret owned by the sandbox, never in its pod or Sandbox, and masked
+	// in the output the gateway returns (secrets.go).
+	Secrets  map[string]string `json:"secrets,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 	Wait               *bool             `json:"wait,omitempty"`
 }
 

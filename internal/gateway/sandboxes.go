@@ -61,11 +61,22 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p auth.Pr
 		writeError(w, e)
 		return
 	}
+	sb.Spec.PoolRef = s.poolFor(ctx, &t, sb)
+	if e := validateSecrets(&req); e != nil {
+		writeError(w, e)
+		return
+	}
+	markSecrets(sb, req.Secrets)
 	if err := s.opts.Client.Create(ctx, sb); err != nil {
 		e := fromKube(err, "sandbox")
 		if e.Code == CodeQuotaExceeded {
 			s.metrics.rejected.WithLabelValues(p.Tenant, CodeQuotaExceeded).Inc()
 		}
+		writeError(w, e)
+		return
+	}
+	if e := s.storeSecrets(ctx, sb, req.Secrets); e != nil {
+		_ = s.opts.Client.Delete(ctx, sb) // useless without its secrets
 		writeError(w, e)
 		return
 	}
@@ -149,15 +160,16 @@ func sortedKeys(m map[string]string) []string {
 }
 
 // waitReady polls until the sandbox leaves Pending, ReadyTimeout passes or the caller goes away; it returns
-// the last state seen (still pending on timeout: the caller can poll GET).
+// the last state seen (still pending on timeout: the caller can poll GET). It polls the cache (Reader), often at
+// first: a warm pool claim is Ready within tens of milliseconds.
 func (s *Server) waitReady(ctx context.Context, sb *airlockv1.Sandbox) *airlockv1.Sandbox {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ReadyTimeout)
 	defer cancel()
 	key := client.ObjectKeyFromObject(sb)
-	delay := 100 * time.Millisecond
+	delay := 5 * time.Millisecond
 	for {
 		var cur airlockv1.Sandbox
-		if err := s.opts.Client.Get(ctx, key, &cur); err == nil {
+		if err := s.opts.Reader.Get(ctx, key, &cur); err == nil {
 			sb = &cur
 			if p := sb.Status.Phase; p != "" && p != airlockv1.PhasePending {
 				return sb
@@ -168,7 +180,7 @@ func (s *Server) waitReady(ctx context.Context, sb *airlockv1.Sandbox) *airlockv
 			return sb
 		case <-time.After(delay):
 		}
-		delay = min(delay*3/2, time.Second)
+		delay = min(delay*5/4, time.Second)
 	}
 }
 

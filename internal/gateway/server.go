@@ -86,6 +86,8 @@ type Server struct {
 	handler http.Handler
 	// mcpSessions are the MCP sessions of this replica and their sandboxes (mcp.go).
 	mcpSessions *mcpserver.Sessions
+	// secrets caches sandboxes' scoped secrets (secrets.go).
+	secrets secretCache
 }
 
 // New checks opts, fills defaults and builds the handler.

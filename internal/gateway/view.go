@@ -43,6 +43,8 @@ type SandboxView struct {
 	IdleTimeoutMinutes *float64   `json:"idle_timeout_minutes,omitempty"`
 	LastActivityAt     *time.Time `json:"last_activity_at,omitempty"`
 	IdleExpiresAt      *time.Time `json:"idle_expires_at,omitempty"`
+	// Start is warm when the sandbox adopted a pool member, cold when it named a pool but got its own pod.
+	Start string `json:"start,omitempty"`
 }
 
 func viewOf(sb *airlockv1.Sandbox, now time.Time) SandboxView {
@@ -87,6 +89,7 @@ func viewOf(sb *airlockv1.Sandbox, now time.Time) SandboxView {
 		v.ExpiresAt = &u
 	}
 	v.UsageSeconds = usageSeconds(sb, now)
+	v.Start = startOf(sb)
 	if raw := sb.Annotations[AnnotationMetadata]; raw != "" {
 		_ = json.Unmarshal([]byte(raw), &v.Metadata)
 	}

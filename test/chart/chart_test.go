@@ -276,6 +276,7 @@ func TestGatewayRBACIsLeastPrivilege(t *testing.T) {
 		{APIGroups: []string{"sandbox.airlock.dev"}, Resources: []string{"sandboxes"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
 		{APIGroups: []string{"sandbox.airlock.dev"}, Resources: []string{"sandboxes/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{"sandbox.airlock.dev"}, Resources: []string{"sandboxtemplates"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"sandbox.airlock.dev"}, Resources: []string{"sandboxpools"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
 	}

@@ -112,6 +112,9 @@ func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOpt
 		if err := bindExec(ctx, c, name, o); err != nil {
 			return err
 		}
+		if err := bindSecrets(ctx, c, name, o); err != nil {
+			return err
+		}
 	}
 	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: QuotaName, Namespace: name}}
 	if _, err := createOrUpdate(ctx, c, q, func() {

@@ -1,0 +1,98 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// memberKind is what a pool member is good for.
+type memberKind int
+
+const (
+	// memberStarting: not ready yet (scheduling, starting, gate pending).
+	memberStarting memberKind = iota
+	// memberReady: running, its gate passed with evidence that proves isolation, its policy in effect and no
+	// other policy selecting it. Only these are claimed.
+	memberReady
+	// memberUnusable: stopped, its gate failed, or found not isolated. It is replaced, never handed out.
+	memberUnusable
+)
+
+// member is one classified pool pod.
+type member struct {
+	pod  *corev1.Pod
+	kind memberKind
+	// stale: made from an older template generation or with another pod spec than the pool makes now.
+	stale bool
+	// why says what made it unusable.
+	why string
+	// noPolicy: unusable because its policy was not in the cache, which the API server must confirm.
+	noPolicy bool
+}
+
+// memberWant is what a member must be to be current and usable.
+type memberWant struct {
+	generation int64
+	hash       string
+	// handler is the RuntimeClass handler of the pool's runtime class, which current members run under.
+	handler    string
+	gateTarget string
+	defaults   sandbox.Defaults
+	// policy returns the member's policy as the pool would build it.
+	policy func(name string) *networkingv1.NetworkPolicy
+}
+
+// classifyMember judges a member by its pod, its policy (nil: none, or not the pool's), every policy of its
+// namespace and its node, the way a Sandbox's readiness and isolation are judged, and compares it with what the
+// pool makes now.
+func classifyMember(pod *corev1.Pod, policy *networkingv1.NetworkPolicy, policies []networkingv1.NetworkPolicy, node *corev1.Node, w memberWant) member {
+	m := member{pod: pod, kind: memberStarting,
+		stale: sandbox.MemberGeneration(pod) != w.generation || pod.Annotations[sandbox.AnnotationMemberHash] != w.hash}
+	unusable := func(format string, args ...any) member {
+		m.kind, m.why = memberUnusable, fmt.Sprintf(format, args...)
+		return m
+	}
+	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+		return unusable("its pod stopped: %s", stopReason(pod))
+	}
+	if g := gateState(pod, nil, nil); g.reason == ReasonGateFailed {
+		return unusable("%s", g.message)
+	}
+	if policy == nil {
+		m.noPolicy = true
+		return unusable("its NetworkPolicy %s does not exist", pod.Name)
+	}
+	if !sandbox.PolicyMatches(policy, w.policy(pod.Name)) {
+		return unusable("its NetworkPolicy %s was changed by someone else", policy.Name)
+	}
+	others, err := sandbox.OtherSelectingPolicies(pod.Labels, policy.Name, policies)
+	if err != nil {
+		return unusable("%v", err)
+	}
+	if len(others) > 0 {
+		return unusable("NetworkPolicies %s also select it and may allow what its own denies", strings.Join(others, ", "))
+	}
+	verdict, passed := gateExited(pod)
+	if !passed || pod.Status.Phase != corev1.PodRunning || !containerRunning(pod) {
+		return m
+	}
+	ev, err := buildEvidence(verdict, pod, node, w.gateTarget)
+	if err != nil {
+		return unusable("its network gate passed but proves nothing: %v", err)
+	}
+	handler := w.handler
+	if m.stale {
+		handler = "" // an older member's handler is not known; it is never claimed, only counted for the floor
+	}
+	observed := sandbox.ObservedIsolation(ev.Kernel, ev.GVisorMarker, ev.NodeKernel)
+	if b := runtimeBlocker(handler, observed, ev, w.defaults); b != nil {
+		return unusable("%s", b.message)
+	}
+	m.kind = memberReady
+	return m
+}

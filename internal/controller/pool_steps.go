@@ -1,0 +1,338 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// poolObservation is everything one pool reconcile learned; the pool's status is a pure function of it.
+type poolObservation struct {
+	now time.Time
+	// blocked says why no member can be made now (no template, a bad runtime, a refused pod).
+	blocked *blocker
+	// resolved are the members' settings, want what a current, usable member is.
+	resolved *sandbox.Resolved
+	opts     sandbox.PodOptions
+	want     memberWant
+	// members are the pool's unclaimed pods, not being deleted.
+	members []member
+	// podNames are every cached sandbox pod's name in the namespace, claimed or not: a policy named after one
+	// of them is not an orphan.
+	podNames map[string]bool
+	// memberPolicies are the pool's own policies, by name.
+	memberPolicies map[string]*networkingv1.NetworkPolicy
+	// demand counts the Sandboxes that named the pool within demandWindow; oldestClaim is the first of them.
+	demand      int32
+	oldestClaim *time.Time
+	// replaced and retired count the members removed in this pass.
+	replaced, retired int
+	// orphanWait is how long until a young orphaned policy may be removed; 0 when none waits.
+	orphanWait time.Duration
+}
+
+// resolveMember works out the members' settings from the template as a Sandbox naming it would get them.
+func (r *PoolReconciler) resolveMember(ctx context.Context, pool *airlockv1.SandboxPool, obs *poolObservation) error {
+	tmpl := &airlockv1.SandboxTemplate{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: pool.Spec.TemplateRef.Name}, tmpl); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("getting template %s: %w", pool.Spec.TemplateRef.Name, err)
+		}
+		obs.blocked = &blocker{reason: ReasonTemplateNotFound,
+			message: fmt.Sprintf("SandboxTemplate %q does not exist in namespace %s", pool.Spec.TemplateRef.Name, pool.Namespace)}
+		return nil
+	}
+	res, err := sandbox.Resolve(sandbox.PoolSandbox(pool, pool.Name), tmpl, r.Defaults)
+	if err != nil {
+		obs.blocked = &blocker{reason: ReasonInvalid, message: err.Error()}
+		return nil
+	}
+	rc := &nodev1.RuntimeClass{}
+	if err := r.Get(ctx, client.ObjectKey{Name: res.RuntimeClassName}, rc); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("getting runtime class %s: %w", res.RuntimeClassName, err)
+		}
+		obs.blocked = &blocker{reason: ReasonRuntimeNotFound, message: fmt.Sprintf("RuntimeClass %q does not exist", res.RuntimeClassName)}
+		return nil
+	}
+	res.RuntimeHandler = rc.Handler
+	if err := r.Defaults.CheckRuntime(res, rc.Handler); err != nil {
+		obs.blocked = &blocker{reason: ReasonRuntimeNotIsolating, message: err.Error()}
+		return nil
+	}
+	if sandbox.NeedsProxy(res.Network) {
+		if r.EgressProxy == nil {
+			obs.blocked = &blocker{reason: ReasonEgressProxyUnavailable, message: "network.allow needs Airlock's egress proxy, and the manager has none configured"}
+			return nil
+		}
+		p, err := r.EgressProxy.Locate(ctx, obs.now)
+		if err != nil {
+			obs.blocked = &blocker{reason: ReasonEgressProxyUnavailable, message: err.Error()}
+			return nil
+		}
+		res.EgressProxy = p
+	}
+	opts, err := gatedPodOptions(ctx, r.Client, r.Pod)
+	if err != nil {
+		return err
+	}
+	obs.resolved, obs.opts = &res, opts
+	obs.want = memberWant{generation: tmpl.Generation, hash: sandbox.MemberHash(res, opts), handler: rc.Handler,
+		gateTarget: r.Pod.GateTarget, defaults: r.Defaults,
+		policy: func(name string) *networkingv1.NetworkPolicy { return sandbox.BuildMemberPolicy(pool, name, res) }}
+	return nil
+}
+
+// gatedPodOptions are the pod options with the gate port the Nodes report for their kubelet, as the Sandbox
+// reconciler builds pods: a member and a Sandbox's own pod must come out the same.
+func gatedPodOptions(ctx context.Context, c client.Reader, o sandbox.PodOptions) (sandbox.PodOptions, error) {
+	if o.GateTarget != "" {
+		return o, nil
+	}
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return o, fmt.Errorf("listing nodes for the kubelet port: %w", err)
+	}
+	for i := range nodes.Items {
+		if p := nodes.Items[i].Status.DaemonEndpoints.KubeletEndpoint.Port; p != 0 {
+			o.GatePort = p
+			break
+		}
+	}
+	return o, nil
+}
+
+// observeMembers lists and classifies the pool's unclaimed members.
+func (r *PoolReconciler) observeMembers(ctx context.Context, pool *airlockv1.SandboxPool, obs *poolObservation) error {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(pool.Namespace)); err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	var policies networkingv1.NetworkPolicyList
+	if err := r.List(ctx, &policies, client.InNamespace(pool.Namespace)); err != nil {
+		return fmt.Errorf("listing network policies: %w", err)
+	}
+	obs.podNames = map[string]bool{}
+	obs.memberPolicies = map[string]*networkingv1.NetworkPolicy{}
+	for i := range policies.Items {
+		if p := &policies.Items[i]; p.Labels[sandbox.LabelPool] == pool.Name && metav1.IsControlledBy(p, pool) {
+			obs.memberPolicies[p.Name] = p
+		}
+	}
+	nodes := map[string]*corev1.Node{}
+	for _, name := range r.created.unseen(client.ObjectKeyFromObject(pool), pods.Items, obs.now) {
+		// Created by an earlier pass, not in the cache yet: it counts, or the pool would make it again.
+		obs.members = append(obs.members, member{kind: memberStarting})
+		obs.podNames[name] = true
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		obs.podNames[pod.Name] = true
+		if pod.Labels[sandbox.LabelPool] != pool.Name || !metav1.IsControlledBy(pod, pool) || pod.DeletionTimestamp != nil {
+			continue
+		}
+		if obs.resolved == nil {
+			obs.members = append(obs.members, member{pod: pod, kind: memberStarting, stale: true})
+			continue
+		}
+		node, err := r.nodeOf(ctx, pod, nodes)
+		if err != nil {
+			return err
+		}
+		obs.members = append(obs.members, classifyMember(pod, obs.memberPolicies[pod.Name], policies.Items, node, obs.want))
+	}
+	return nil
+}
+
+func (r *PoolReconciler) nodeOf(ctx context.Context, pod *corev1.Pod, seen map[string]*corev1.Node) (*corev1.Node, error) {
+	name := pod.Spec.NodeName
+	if name == "" {
+		return nil, nil
+	}
+	if n, ok := seen[name]; ok {
+		return n, nil
+	}
+	n := &corev1.Node{}
+	if err := r.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("getting node %s: %w", name, err)
+		}
+		n = nil
+	}
+	seen[name] = n
+	return n, nil
+}
+
+// observeDemand counts the Sandboxes that named the pool within the demand window.
+func (r *PoolReconciler) observeDemand(ctx context.Context, pool *airlockv1.SandboxPool, obs *poolObservation) error {
+	var list airlockv1.SandboxList
+	if err := r.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingFields{indexSandboxPool: pool.Name}); err != nil {
+		return fmt.Errorf("listing sandboxes of the pool: %w", err)
+	}
+	for i := range list.Items {
+		at := list.Items[i].CreationTimestamp.Time
+		if obs.now.Sub(at) >= demandWindow {
+			continue
+		}
+		obs.demand++
+		if obs.oldestClaim == nil || at.Before(*obs.oldestClaim) {
+			obs.oldestClaim = &at
+		}
+	}
+	return nil
+}
+
+// desired is how many ready members the pool aims for: replicas, or the recent demand up to maxReplicas.
+func desired(pool *airlockv1.SandboxPool, demand int32) int32 {
+	d := pool.Spec.Replicas
+	if m := pool.Spec.MaxReplicas; m != nil {
+		d = min(max(d, demand), *m)
+	}
+	return d
+}
+
+// removeUnusable deletes members that stopped or are not isolated; createMembers then replaces them.
+func (r *PoolReconciler) removeUnusable(ctx context.Context, pool *airlockv1.SandboxPool, obs *poolObservation) error {
+	for i := range obs.members {
+		m := &obs.members[i]
+		if m.kind != memberUnusable {
+			continue
+		}
+		if m.noPolicy {
+			// Policy and pod come through separate watches: a new member's pod may be seen before its policy.
+			err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m.pod), &networkingv1.NetworkPolicy{})
+			if err == nil {
+				m.kind = memberStarting
+				continue
+			}
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("getting member policy %s: %w", m.pod.Name, err)
+			}
+		}
+		if err := r.deleteMember(ctx, m.pod); err != nil {
+			return err
+		}
+		obs.replaced++
+		r.Recorder.Eventf(pool, m.pod, corev1.EventTypeWarning, "MemberReplaced", "Replace", "pool member %s is replaced: %s", m.pod.Name, m.why)
+	}
+	return nil
+}
+
+// createMembers starts the current members that are missing: the policy first, then the pod, so the pod never
+// runs without it.
+func (r *PoolReconciler) createMembers(ctx context.Context, pool *airlockv1.SandboxPool, obs *poolObservation) error {
+	var current int32
+	for _, m := range obs.members {
+		if !m.stale && m.kind != memberUnusable {
+			current++
+		}
+	}
+	need := min(desired(pool, obs.demand)-current, maxCreatesPerPass)
+	for range need {
+		name := pool.Name + "-" + utilrand.String(5)
+		np := sandbox.BuildMemberPolicy(pool, name, *obs.resolved)
+		if err := controllerutil.SetControllerReference(pool, np, r.Scheme); err != nil {
+			return fmt.Errorf("owning member policy: %w", err)
+		}
+		if err := r.Create(ctx, np); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				continue // a name taken by chance; the next pass tries another
+			}
+			return fmt.Errorf("creating member policy: %w", err)
+		}
+		pod := sandbox.BuildMember(pool, name, *obs.resolved, obs.opts, obs.want.generation)
+		if err := controllerutil.SetControllerReference(pool, pod, r.Scheme); err != nil {
+			return fmt.Errorf("owning member pod: %w", err)
+		}
+		if err := r.Create(ctx, pod); err != nil {
+			// The policy stays: removeOrphanPolicies deletes it once it is old enough.
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+				obs.blocked = &blocker{reason: ReasonPodRejected, message: "the API server refused a member pod (a pods quota?): " + err.Error()}
+				return nil
+			}
+			return fmt.Errorf("creating member pod: %w", err)
+		}
+		r.created.add(client.ObjectKeyFromObject(pool), name, obs.now)
+		obs.members = append(obs.members, member{pod: pod, kind: memberStarting})
+		obs.podNames[name] = true
+	}
+	return nil
+}
+
+// retireStale deletes members of an older generation: at once while they are not ready, and ready ones only
+// while the pool keeps at least minReadyDuringRollout ready members of either generation.
+func (r *PoolReconciler) retireStale(ctx context.Context, pool *airlockv1.SandboxPool, obs *poolObservation) error {
+	var ready int32
+	for _, m := range obs.members {
+		if m.kind == memberReady {
+			ready++
+		}
+	}
+	for i := range obs.members {
+		m := &obs.members[i]
+		if !m.stale || m.kind == memberUnusable {
+			continue
+		}
+		if m.kind == memberReady {
+			if ready-1 < pool.Spec.MinReadyDuringRollout {
+				continue
+			}
+			ready--
+		}
+		if err := r.deleteMember(ctx, m.pod); err != nil {
+			return err
+		}
+		m.kind = memberUnusable
+		obs.retired++
+	}
+	return nil
+}
+
+// deleteMember deletes a member pod only as it was read: the resourceVersion precondition fails if a claim has
+// taken it since, and a claimed member is never deleted by the pool.
+func (r *PoolReconciler) deleteMember(ctx context.Context, pod *corev1.Pod) error {
+	uid, rv := pod.UID, pod.ResourceVersion
+	err := r.Delete(ctx, pod, client.GracePeriodSeconds(podDeleteGrace), client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting member %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// removeOrphanPolicies deletes the pool's policies whose pod is gone: after the pod, never before it.
+func (r *PoolReconciler) removeOrphanPolicies(ctx context.Context, obs *poolObservation) error {
+	var errs []error
+	for name, np := range obs.memberPolicies {
+		if obs.podNames[name] {
+			continue
+		}
+		if age := obs.now.Sub(np.CreationTimestamp.Time); age < orphanPolicyAge {
+			if wait := orphanPolicyAge - age; obs.orphanWait == 0 || wait < obs.orphanWait {
+				obs.orphanWait = wait
+			}
+			continue
+		}
+		uid, rv := np.UID, np.ResourceVersion
+		err := r.Delete(ctx, np, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("deleting orphaned member policy %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,343 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/metrics"
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// A claim adopts a ready pool member for a Sandbox that names a pool. The pod is the unit of the claim: one
+// merge patch under an optimistic lock (the member's resourceVersion as read) relabels it for the sandbox,
+// drops the pool's label and moves its controller reference from the pool to the Sandbox. Of any number of
+// racing claimers exactly one patch succeeds; the others get a conflict and try another member. Then the
+// member's policy is adopted the same way (it keeps selecting the pod throughout: it selects
+// sandbox.airlock.dev/pod, which never changes), and the Sandbox's status records the pod, the claim and its
+// time, from which usage and the idle timeout count.
+
+// ReasonWaitingForMember: the sandbox's pool is drained and its whenDrained is Wait.
+const ReasonWaitingForMember = "WaitingForPoolMember"
+
+// annotationClaimedAt is when a member was claimed, so that a claim whose status write was lost is recovered
+// with its time.
+const annotationClaimedAt = "sandbox.airlock.dev/claimed-at"
+
+// claimObs is what the claim step decided.
+type claimObs struct {
+	pool string
+	warm bool
+	// at and generation describe a warm claim; message why a claim went cold.
+	at         metav1.Time
+	generation int64
+	message    string
+}
+
+func (c *claimObs) status() *airlockv1.PoolClaimStatus {
+	if !c.warm {
+		return &airlockv1.PoolClaimStatus{Name: c.pool, Result: airlockv1.ClaimCold, Message: c.message}
+	}
+	at := c.at
+	return &airlockv1.PoolClaimStatus{Name: c.pool, Result: airlockv1.ClaimWarm, ClaimedAt: &at, TemplateGeneration: c.generation}
+}
+
+// PoolClaimer adopts pool members for the Sandbox reconciler.
+type PoolClaimer struct {
+	Client client.Client
+	// APIReader re-reads a member's policy past the cache when adopting it conflicts.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Defaults  sandbox.Defaults
+	Pod       sandbox.PodOptions
+	Metrics   *metrics.Pool
+}
+
+// claimFromPool decides, once, how a sandbox that names a pool gets its pod: a ready member (obs.pod and
+// obs.claim set), a cold create (obs.claim set, not warm: ensurePolicy and ensurePod go on as without a
+// pool), or, for a drained pool whose whenDrained is Wait, not yet (obs.blocked).
+func (r *SandboxReconciler) claimFromPool(ctx context.Context, sbx *airlockv1.Sandbox, res sandbox.Resolved, obs *observation) error {
+	c := r.Pools
+	if c == nil || sbx.Spec.PoolRef == nil || sbx.Status.PodName != "" || sbx.Status.Pool != nil || obs.blocked != nil {
+		return nil
+	}
+	if done, err := c.recoverClaim(ctx, sbx, obs); done || err != nil {
+		return err
+	}
+	pool := &airlockv1.SandboxPool{}
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sbx.Spec.PoolRef.Name}, pool); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("getting pool %s: %w", sbx.Spec.PoolRef.Name, err)
+		}
+		c.cold(sbx, obs, fmt.Sprintf("SandboxPool %q does not exist", sbx.Spec.PoolRef.Name))
+		return nil
+	}
+	if pool.Spec.TemplateRef.Name != sbx.Spec.TemplateRef.Name {
+		c.cold(sbx, obs, fmt.Sprintf("the pool's template is %q, the sandbox's %q", pool.Spec.TemplateRef.Name, sbx.Spec.TemplateRef.Name))
+		return nil
+	}
+	want, err := c.wantFor(ctx, sbx, pool, res)
+	if err != nil {
+		return err
+	}
+	if want == nil {
+		c.cold(sbx, obs, "the sandbox's settings differ from the pool's")
+		return nil
+	}
+	candidates, policies, err := c.readyMembers(ctx, pool, *want)
+	if err != nil {
+		return err
+	}
+	for _, pod := range candidates {
+		won, err := c.take(ctx, sbx, pod, obs.now)
+		if err != nil {
+			return err
+		}
+		if !won {
+			continue
+		}
+		if err := c.adoptPolicy(ctx, sbx, policies[pod.Name]); err != nil {
+			return err
+		}
+		obs.pod = pod
+		obs.claim = &claimObs{pool: pool.Name, warm: true, at: metav1.NewTime(obs.now), generation: want.generation}
+		c.Metrics.Claim(sbx.Namespace, pool.Name, metrics.ClaimWarm)
+		return nil
+	}
+	if pool.Spec.WhenDrained == airlockv1.DrainedWait {
+		obs.blocked = &blocker{reason: ReasonWaitingForMember,
+			message: fmt.Sprintf("SandboxPool %s has no ready member of template generation %d: waiting for one (whenDrained: Wait)", pool.Name, want.generation)}
+		return nil
+	}
+	c.cold(sbx, obs, fmt.Sprintf("SandboxPool %s had no ready member of template generation %d", pool.Name, want.generation))
+	return nil
+}
+
+func (c *PoolClaimer) cold(sbx *airlockv1.Sandbox, obs *observation, msg string) {
+	obs.claim = &claimObs{pool: sbx.Spec.PoolRef.Name, message: msg + "; created a pod cold"}
+	c.Metrics.Claim(sbx.Namespace, sbx.Spec.PoolRef.Name, metrics.ClaimCold)
+}
+
+// recoverClaim finds the pod an earlier pass claimed or created for the sandbox when its status write did not
+// land: claiming again would take a second member.
+func (c *PoolClaimer) recoverClaim(ctx context.Context, sbx *airlockv1.Sandbox, obs *observation) (bool, error) {
+	var pods corev1.PodList
+	if err := c.Client.List(ctx, &pods, client.InNamespace(sbx.Namespace), client.MatchingLabels{sandbox.LabelName: sbx.Name}); err != nil {
+		return false, fmt.Errorf("listing the sandbox's pods: %w", err)
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !metav1.IsControlledBy(pod, sbx) {
+			continue
+		}
+		if pod.Name == sbx.Name {
+			obs.claim = &claimObs{pool: sbx.Spec.PoolRef.Name, message: "created a pod cold"}
+			return false, nil // ensurePod finds it
+		}
+		at, err := time.Parse(time.RFC3339Nano, pod.Annotations[annotationClaimedAt])
+		if err != nil {
+			at = obs.now
+		}
+		obs.pod = pod
+		obs.claim = &claimObs{pool: sbx.Spec.PoolRef.Name, warm: true, at: metav1.NewTime(at), generation: sandbox.MemberGeneration(pod)}
+		return true, nil
+	}
+	return false, nil
+}
+
+// wantFor is what a member must be for this sandbox: made from the template's current generation, with the
+// pod spec the sandbox's own settings (less env and labels, bound late) give. nil: the sandbox cannot resolve
+// as a member would.
+func (c *PoolClaimer) wantFor(ctx context.Context, sbx *airlockv1.Sandbox, pool *airlockv1.SandboxPool, res sandbox.Resolved) (*memberWant, error) {
+	tmpl := &airlockv1.SandboxTemplate{}
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sbx.Spec.TemplateRef.Name}, tmpl); err != nil {
+		return nil, fmt.Errorf("getting template %s: %w", sbx.Spec.TemplateRef.Name, err)
+	}
+	shape, err := sandbox.Resolve(sandbox.ClaimShape(sbx), tmpl, c.Defaults)
+	if err != nil {
+		return nil, nil //nolint:nilerr // resolve already reported the sandbox's own problem
+	}
+	shape.RuntimeHandler, shape.EgressProxy = res.RuntimeHandler, res.EgressProxy
+	opts, err := gatedPodOptions(ctx, c.Client, c.Pod)
+	if err != nil {
+		return nil, err
+	}
+	poolShape, err := sandbox.Resolve(sandbox.PoolSandbox(pool, pool.Name), tmpl, c.Defaults)
+	if err != nil {
+		return nil, nil //nolint:nilerr // the pool reports its own problem
+	}
+	poolShape.RuntimeHandler, poolShape.EgressProxy = res.RuntimeHandler, res.EgressProxy
+	hash := sandbox.MemberHash(shape, opts)
+	if hash != sandbox.MemberHash(poolShape, opts) {
+		return nil, nil
+	}
+	return &memberWant{generation: tmpl.Generation, hash: hash, handler: res.RuntimeHandler, gateTarget: c.Pod.GateTarget,
+		defaults: c.Defaults, policy: func(name string) *networkingv1.NetworkPolicy { return sandbox.BuildMemberPolicy(pool, name, shape) }}, nil
+}
+
+// readyMembers returns the pool's claimable members in random order, so that racing claimers spread over them
+// instead of all trying the first, and their policies by name.
+func (c *PoolClaimer) readyMembers(ctx context.Context, pool *airlockv1.SandboxPool, want memberWant) ([]*corev1.Pod, map[string]*networkingv1.NetworkPolicy, error) {
+	var pods corev1.PodList
+	if err := c.Client.List(ctx, &pods, client.InNamespace(pool.Namespace), client.MatchingLabels{sandbox.LabelPool: pool.Name}); err != nil {
+		return nil, nil, fmt.Errorf("listing pool members: %w", err)
+	}
+	var policies networkingv1.NetworkPolicyList
+	if err := c.Client.List(ctx, &policies, client.InNamespace(pool.Namespace)); err != nil {
+		return nil, nil, fmt.Errorf("listing network policies: %w", err)
+	}
+	byName := map[string]*networkingv1.NetworkPolicy{}
+	for i := range policies.Items {
+		if p := &policies.Items[i]; metav1.IsControlledBy(p, pool) {
+			byName[p.Name] = p
+		}
+	}
+	var ready []*corev1.Pod
+	nodes := map[string]*corev1.Node{}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !metav1.IsControlledBy(pod, pool) || pod.DeletionTimestamp != nil {
+			continue
+		}
+		node, ok := nodes[pod.Spec.NodeName]
+		if !ok && pod.Spec.NodeName != "" {
+			node = &corev1.Node{}
+			if err := c.Client.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, node); err != nil {
+				node = nil
+			}
+			nodes[pod.Spec.NodeName] = node
+		}
+		if m := classifyMember(pod, byName[pod.Name], policies.Items, node, want); m.kind == memberReady && !m.stale {
+			ready = append(ready, pod)
+		}
+	}
+	rand.Shuffle(len(ready), func(i, j int) { ready[i], ready[j] = ready[j], ready[i] })
+	return ready, byName, nil
+}
+
+// take claims one member: false when another claim (or the pool) changed it first.
+func (c *PoolClaimer) take(ctx context.Context, sbx *airlockv1.Sandbox, pod *corev1.Pod, now time.Time) (bool, error) {
+	patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	delete(pod.Labels, sandbox.LabelPool)
+	for k, v := range sbx.Spec.Labels {
+		pod.Labels[k] = v
+	}
+	pod.Labels[sandbox.LabelName] = sbx.Name
+	pod.Annotations[sandbox.AnnotationClaimedBy] = string(sbx.UID)
+	pod.Annotations[annotationClaimedAt] = now.UTC().Format(time.RFC3339Nano)
+	if err := c.moveController(sbx, pod); err != nil {
+		return false, err
+	}
+	err := c.Client.Patch(ctx, pod, patch)
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("claiming member %s: %w", pod.Name, err)
+}
+
+// adoptPolicy moves the member's policy to the sandbox, as take did the pod. Only the pool's own policy is
+// adopted; a conflict is retried from the API server, since nobody but the pool may change it and the pool
+// leaves a policy alone while its pod exists.
+func (c *PoolClaimer) adoptPolicy(ctx context.Context, sbx *airlockv1.Sandbox, np *networkingv1.NetworkPolicy) error {
+	for range 3 {
+		if metav1.IsControlledBy(np, sbx) {
+			return nil
+		}
+		patch := client.MergeFromWithOptions(np.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		delete(np.Labels, sandbox.LabelPool)
+		np.Labels[sandbox.LabelName] = sbx.Name
+		if err := c.moveController(sbx, np); err != nil {
+			return err
+		}
+		err := c.Client.Patch(ctx, np, patch)
+		if !apierrors.IsConflict(err) {
+			if err != nil {
+				return fmt.Errorf("adopting the member's network policy %s: %w", np.Name, err)
+			}
+			return nil
+		}
+		fresh := &networkingv1.NetworkPolicy{}
+		if err := c.APIReader.Get(ctx, client.ObjectKeyFromObject(np), fresh); err != nil {
+			return fmt.Errorf("re-reading the member's network policy %s: %w", np.Name, err)
+		}
+		np = fresh
+	}
+	return fmt.Errorf("adopting the member's network policy %s: conflicts kept coming", np.Name)
+}
+
+// moveController replaces obj's controller reference (the pool's) with the sandbox's.
+func (c *PoolClaimer) moveController(sbx *airlockv1.Sandbox, obj client.Object) error {
+	refs := obj.GetOwnerReferences()[:0:0]
+	for _, ref := range obj.GetOwnerReferences() {
+		if ref.Controller == nil || !*ref.Controller {
+			refs = append(refs, ref)
+		}
+	}
+	obj.SetOwnerReferences(refs)
+	if err := controllerutil.SetControllerReference(sbx, obj, c.Scheme); err != nil {
+		return fmt.Errorf("owning %s: %w", obj.GetName(), err)
+	}
+	return nil
+}
+
+// claimedMember is the member a sandbox adopted (in this pass or an earlier one), "" if none.
+func claimedMember(sbx *airlockv1.Sandbox, obs *observation) string {
+	switch {
+	case obs.claim != nil && obs.claim.warm:
+		return obs.pod.Name
+	case sbx.Status.Pool != nil && sbx.Status.Pool.Result == airlockv1.ClaimWarm:
+		return sbx.Status.PodName
+	}
+	return ""
+}
+
+// adoptedFromPool tells whether existing is the policy of the member the sandbox adopted, still seen as the
+// pool's: the cache has not caught up with the adoption yet, or a crash came between the two patches.
+func adoptedFromPool(existing *networkingv1.NetworkPolicy, sbx *airlockv1.Sandbox, obs *observation) bool {
+	ref := metav1.GetControllerOf(existing)
+	return ref != nil && ref.Kind == "SandboxPool" && existing.Name == claimedMember(sbx, obs)
+}
+
+// podNameOf is the sandbox's pod (and policy) name: a claimed member keeps its own.
+func podNameOf(sbx *airlockv1.Sandbox) string {
+	if sbx.Status.PodName != "" {
+		return sbx.Status.PodName
+	}
+	return sbx.Name
+}
+
+// sandboxesWaitingForPool wakes the sandboxes of a pool that wait for a member, when the pool's status changes.
+func (r *SandboxReconciler) sandboxesWaitingForPool(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.requests(ctx, func(s *airlockv1.Sandbox) bool {
+		return s.Spec.PoolRef != nil && s.Spec.PoolRef.Name == o.GetName() && s.Status.PodName == "" && s.Status.Pool == nil
+	}, client.InNamespace(o.GetNamespace()))
+}
+
+// writeClaimedStatus writes status; after a warm claim a conflict is retried on a fresh read instead of left to
+// the next pass, whose cache may not show the claimed pod yet and would claim another.
+func (r *SandboxReconciler) writeClaimedStatus(ctx context.Context, sbx *airlockv1.Sandbox, before *airlockv1.SandboxStatus, obs observation) error {
+	err := r.writeStatus(ctx, sbx, before, obs)
+	for try := 0; try < 3 && apierrors.IsConflict(err) && obs.claim != nil && obs.claim.warm; try++ {
+		fresh := &airlockv1.Sandbox{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(sbx), fresh); err != nil {
+			return fmt.Errorf("re-reading the sandbox after its claim: %w", err)
+		}
+		*sbx = *fresh
+		err = r.writeStatus(ctx, sbx, fresh.Status.DeepCopy(), obs)
+	}
+	return err
+}

@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+)
+
+// BenchmarkWarmStart measures warm starts from a SandboxPool against cold starts in the same run, rounds
+// interleaved (warm, cold, warm, cold…), at parallelism 1 and 20: a Sandbox CR to Ready (with spec.poolRef, or
+// without it), and the gateway's POST /v1/sandboxes to 201 Ready (a template with a pool, or an identical one
+// without). Both sides use the same image, runtime and resources; every round's sandboxes are deleted, and the
+// deletions awaited, before the next round, and the pool is refilled before each warm round. Ready is seen
+// through a watch, so that timing adds no polling load. AIRLOCK_BENCH_ROUNDS sets the rounds (default 20).
+func BenchmarkWarmStart(b *testing.B) {
+	rounds := 20
+	if v, err := strconv.Atoi(os.Getenv("AIRLOCK_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	g := gateway(b)
+	ns, key := gatewayTenant(b, 200)
+	ctx := context.Background()
+	// The tenant's template is replaced by two identical small ones (a 2-core node holds 20 members of them),
+	// one with a pool and one without.
+	if err := k8s.DeleteAllOf(ctx, &airlockv1.SandboxTemplate{}, client.InNamespace(ns)); err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"python-node", "python-node-cold"} {
+		eventually(b, 10*time.Second, "template "+name, func() error { return k8s.Create(ctx, poolTemplate(ns, name)) })
+	}
+	for _, par := range []int{1, 20} {
+		b.Run(fmt.Sprintf("parallel-%d", par), func(b *testing.B) {
+			pool := &airlockv1.SandboxPool{}
+			pool.Namespace, pool.Name = ns, "python-node"
+			pool.Spec.TemplateRef.Name = "python-node"
+			pool.Spec.Replicas = int32(par)
+			if err := k8s.Create(ctx, pool); err != nil {
+				eventually(b, 30*time.Second, "resizing pool", func() error {
+					cur := &airlockv1.SandboxPool{}
+					if err := k8s.Get(ctx, client.ObjectKeyFromObject(pool), cur); err != nil {
+						return err
+					}
+					cur.Spec.Replicas = int32(par)
+					return k8s.Update(ctx, cur)
+				})
+			}
+			for b.Loop() {
+				var warmCR, coldCR, warmGW, coldGW []time.Duration
+				var notWarm int
+				for range rounds {
+					waitPoolReady(b, ns, "python-node", int32(par))
+					d, n := crRound(b, ns, par, true)
+					warmCR, notWarm = append(warmCR, d...), notWarm+n
+					d, _ = crRound(b, ns, par, false)
+					coldCR = append(coldCR, d...)
+					waitPoolReady(b, ns, "python-node", int32(par))
+					d, n = gatewayRound(b, g, key, ns, par, "python-node")
+					warmGW, notWarm = append(warmGW, d...), notWarm+n
+					d, _ = gatewayRound(b, g, key, ns, par, "python-node-cold")
+					coldGW = append(coldGW, d...)
+				}
+				for _, s := range []struct {
+					name       string
+					warm, cold []time.Duration
+				}{{"cr", warmCR, coldCR}, {"gateway", warmGW, coldGW}} {
+					w, c := percentile(s.warm, 50), percentile(s.cold, 50)
+					b.ReportMetric(float64(w.Milliseconds()), s.name+"-warm-p50-ms")
+					b.ReportMetric(float64(percentile(s.warm, 90).Milliseconds()), s.name+"-warm-p90-ms")
+					b.ReportMetric(float64(c.Milliseconds()), s.name+"-cold-p50-ms")
+					b.ReportMetric(w.Seconds()/c.Seconds(), s.name+"-warm/cold")
+					b.Logf("parallelism %d, %s: warm p50 %s p90 %s (%s–%s, %d); cold p50 %s p90 %s (%s–%s, %d); warm/cold %.3f",
+						par, s.name, w, percentile(s.warm, 90), percentile(s.warm, 0), percentile(s.warm, 100), len(s.warm),
+						c, percentile(s.cold, 90), percentile(s.cold, 0), percentile(s.cold, 100), len(s.cold), w.Seconds()/c.Seconds())
+				}
+				b.ReportMetric(float64(notWarm), "warm-misses")
+				b.Logf("parallelism %d: %d of %d warm attempts were not warm", par, notWarm, len(warmCR)+len(warmGW))
+			}
+		})
+	}
+}
+
+// crRound creates n Sandboxes at once, with the pool or without it, and returns each one's creation-to-Ready
+// time seen through a watch, and how many of the warm ones were not warm; then deletes them and waits.
+func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
+	ctx := context.Background()
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := wc.Watch(ctx, &airlockv1.SandboxList{}, client.InNamespace(ns))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := &airlockv1.Sandbox{}
+			s.Namespace, s.Name = ns, fmt.Sprintf("bench-%d-%d", i, time.Now().UnixNano()%1e9)
+			s.Spec.TemplateRef = &airlockv1.TemplateReference{Name: "python-node"}
+			if warm {
+				s.Spec.PoolRef = &airlockv1.PoolReference{Name: "python-node"}
+			}
+			mu.Lock()
+			started[s.Name] = time.Now()
+			mu.Unlock()
+			if err := k8s.Create(ctx, s); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	var took []time.Duration
+	misses := 0
+	deadline := time.After(readyTimeout)
+	for len(took) < n {
+		select {
+		case ev := <-w.ResultChan():
+			s, ok := ev.Object.(*airlockv1.Sandbox)
+			if !ok || ev.Type == watch.Deleted || s.Status.Phase != airlockv1.PhaseReady {
+				continue
+			}
+			mu.Lock()
+			t0, mine := started[s.Name]
+			delete(started, s.Name)
+			mu.Unlock()
+			if !mine {
+				continue
+			}
+			took = append(took, time.Since(t0))
+			if warm && (s.Status.Pool == nil || s.Status.Pool.Result != airlockv1.ClaimWarm) {
+				misses++
+			}
+		case <-deadline:
+			b.Fatalf("%d of %d sandboxes not Ready after %s", n-len(took), n, readyTimeout)
+		}
+	}
+	deleteAllAndWait(b, ns)
+	return took, misses
+}
+
+// gatewayRound sends n creates of template at once and returns each POST's time to its 201 with status ready,
+// and how many were not warm (when template has a pool); then deletes them and waits.
+func gatewayRound(b *testing.B, g *gatewayProc, key, ns string, n int, template string) ([]time.Duration, int) {
+	var mu sync.Mutex
+	var took []time.Duration
+	misses := 0
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			code, body, err := g.try(key, "POST", "/v1/sandboxes", map[string]any{"template": template})
+			d := time.Since(t0)
+			if err != nil || code != http.StatusCreated || body["status"] != "ready" {
+				b.Errorf("create %s: %d %v %v", template, code, body, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			took = append(took, d)
+			if body["start"] != "warm" {
+				misses++
+			}
+		}()
+	}
+	wg.Wait()
+	deleteAllAndWait(b, ns)
+	return took, misses
+}
+
+func deleteAllAndWait(b *testing.B, ns string) {
+	ctx := context.Background()
+	if err := k8s.DeleteAllOf(ctx, &airlockv1.Sandbox{}, client.InNamespace(ns)); err != nil {
+		b.Fatal(err)
+	}
+	eventually(b, readyTimeout, "round's sandboxes deleted", func() error {
+		var l airlockv1.SandboxList
+		if err := k8s.List(ctx, &l, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if len(l.Items) > 0 {
+			return fmt.Errorf("%d left", len(l.Items))
+		}
+		return nil
+	})
+}
+
+// percentile is the p-th percentile (nearest rank) of d: 0 the minimum, 100 the maximum.
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
+}
