@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,6 +176,40 @@ func TestEgressProxy(t *testing.T) {
 			if took > 10*time.Second {
 				t.Errorf("%s took %s to fail", c.cmd, took)
 			}
+		}
+	})
+
+	t.Run("the Python SDK's restricted sandbox on the default template installs from the allowed index", func(t *testing.T) {
+		g := gateway(t)
+		gwNS, key := gatewayTenant(t, 5)
+		var def airlockv1.SandboxTemplate
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: gwNS, Name: "python-node"}, &def); err != nil {
+			t.Fatal(err)
+		}
+		// The chart's default template: no network unless asked, and an allowlist for those that ask.
+		def.Spec.Network = &airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone, Allow: []string{pypiHost}}
+		if err := k8s.Update(ctx, &def); err != nil {
+			t.Fatal(err)
+		}
+		script := fmt.Sprintf(`from airlock import Sandbox
+with Sandbox.create(network="restricted", timeout_minutes=10) as sbx:
+    r = sbx.exec(%q, timeout_seconds=120)
+    print("pip", r.exit_code, r.stdout.strip().splitlines()[-1:])
+    r = sbx.exec("curl -sSf -m 10 -o /dev/null http://%s/%s", timeout_seconds=30)
+    print("npm", r.exit_code, r.stderr.strip())
+`, pipInstall+" -q && python3 -c 'import airlock_e2e_demo; print(airlock_e2e_demo.VALUE)'", npmHost, demoPackage)
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("/usr/bin/python3", "-c", script)
+		cmd.Env = append(os.Environ(), "AIRLOCK_API_URL="+g.base, "AIRLOCK_API_KEY="+key,
+			"PYTHONPATH="+filepath.Join(root, "sdk/python"), "PYTHONDONTWRITEBYTECODE=1")
+		out, err := cmd.CombinedOutput()
+		t.Logf("SDK:\n%s", out)
+		if err != nil || !strings.Contains(string(out), "pip 0 ['"+demoValue+"']") ||
+			!strings.Contains(string(out), "npm 22") && !strings.Contains(string(out), "403") {
+			t.Errorf("want pip to install and the unlisted host refused (%v)", err)
 		}
 	})
 
