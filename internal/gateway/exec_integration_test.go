@@ -190,6 +190,18 @@ func TestIntegrationFiles(t *testing.T) {
 	if code, _ := g.do(t, key, "PUT", files+"made/on/demand/f", "x"); code != 200 {
 		t.Errorf("missing parents are created: %d", code)
 	}
+	// One missing level too: GNU realpath accepts a missing last component, so this is a case of its own.
+	if code, body := g.do(t, key, "PUT", files+"made/once", "y"); code != 200 {
+		t.Errorf("a missing parent one level down is created: %d %v", code, body)
+	}
+	if code, body := g.do(t, key, "PUT", files+"onelevel/f", "z"); code != 200 {
+		t.Errorf("a missing parent directory is created: %d %v", code, body)
+	} else if got, err := os.ReadFile(filepath.Join(wd, "onelevel", "f")); err != nil || string(got) != "z" {
+		t.Errorf("onelevel/f: %q %v", got, err)
+	}
+	if err := os.RemoveAll(filepath.Join(wd, "onelevel")); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.RemoveAll(filepath.Join(wd, "made")); err != nil {
 		t.Fatal(err)
 	}

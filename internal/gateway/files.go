@@ -333,7 +333,8 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 
 // uploadDir resolves the directory an upload goes to, creating it (and its parents) if it is missing.
 func (s *Server) uploadDir(ctx context.Context, sb *airlockv1.Sandbox, dir string) (string, *Error) {
-	real, e := s.resolveReal(ctx, sb, dir)
+	// "dir/." must exist whole: GNU realpath accepts a missing last component, which would skip the mkdir.
+	real, e := s.resolveReal(ctx, sb, path.Join(dir, ".")+"/.")
 	if e == nil || e.Status != http.StatusNotFound {
 		return real, e
 	}
