@@ -132,6 +132,3 @@ func (a List) Covers(s string) bool {
 	}
 	return false
 }
-
-// Len is the number of entries.
-func (a List) Len() int { return len(a.entries) }
