@@ -31,6 +31,8 @@ const (
 	// maxCreatesPerPass bounds the members one reconcile starts: a node starting dozens of sandboxed pods at
 	// once slows every one of them, and each finished start brings another pass.
 	maxCreatesPerPass = 10
+	// memberStartSlack is how much longer than its network gate's timeout a member may take to be ready.
+	memberStartSlack = 2 * time.Minute
 	// orphanPolicyAge is how old a member policy without a pod must be before it is removed: younger, its pod
 	// may just not be in the cache yet. It also bounds how long a created member not yet in the cache counts.
 	orphanPolicyAge = time.Minute
@@ -45,11 +47,11 @@ type PoolReconciler struct {
 	client.Client
 	// APIReader confirms past the cache that a member's policy is missing before the member is replaced.
 	APIReader client.Reader
-	Scheme   *runtime.Scheme
-	Recorder recorder.EventRecorder
-	Clock    clock.PassiveClock
-	Defaults sandbox.Defaults
-	Pod      sandbox.PodOptions
+	Scheme    *runtime.Scheme
+	Recorder  recorder.EventRecorder
+	Clock     clock.PassiveClock
+	Defaults  sandbox.Defaults
+	Pod       sandbox.PodOptions
 	// EgressProxy finds the egress proxy for members with an allowlist; nil when none is installed.
 	EgressProxy *ProxyLocator
 
@@ -109,8 +111,10 @@ func poolRequeue(obs poolObservation) ctrl.Result {
 	if obs.oldestClaim != nil {
 		after = obs.oldestClaim.Add(demandWindow).Sub(obs.now)
 	}
-	if obs.orphanWait > 0 && (after <= 0 || obs.orphanWait < after) {
-		after = obs.orphanWait
+	for _, wait := range []time.Duration{obs.orphanWait, obs.startWait} {
+		if wait > 0 && (after <= 0 || wait < after) {
+			after = wait
+		}
 	}
 	if obs.blocked != nil && (obs.blocked.reason == ReasonPodRejected || obs.blocked.reason == ReasonEgressProxyUnavailable) && (after <= 0 || retryBlocked < after) {
 		after = retryBlocked // quotas and the proxy's Service are not watched

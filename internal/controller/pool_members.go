@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -45,6 +46,9 @@ type memberWant struct {
 	defaults   sandbox.Defaults
 	// policy returns the member's policy as the pool would build it.
 	policy func(name string) *networkingv1.NetworkPolicy
+	// startDeadline, when set, is the creation time before which a member that is still not ready is given up
+	// (a start stuck in the runtime, a pod that cannot be scheduled): the pool replaces it.
+	startDeadline time.Time
 }
 
 // classifyMember judges a member by its pod, its policy (nil: none, or not the pool's), every policy of its
@@ -79,6 +83,9 @@ func classifyMember(pod *corev1.Pod, policy *networkingv1.NetworkPolicy, policie
 	}
 	verdict, passed := gateExited(pod)
 	if !passed || pod.Status.Phase != corev1.PodRunning || !containerRunning(pod) {
+		if !w.startDeadline.IsZero() && pod.CreationTimestamp.Time.Before(w.startDeadline) {
+			return unusable("not ready in time: %s", podProblem(pod))
+		}
 		return m
 	}
 	ev, err := buildEvidence(verdict, pod, node, w.gateTarget)

@@ -38,10 +38,10 @@ func TestComputePoolStatus(t *testing.T) {
 	pool.Generation = 4
 	res := sandbox.Resolved{}
 	for _, tc := range []struct {
-		name                  string
-		members               []member
-		ready, stale, n int32
-		readyCond, drained    bool
+		name               string
+		members            []member
+		ready, stale, n    int32
+		readyCond, drained bool
 	}{
 		{"empty", nil, 0, 0, 0, false, true},
 		{"filling", []member{{kind: memberReady}, {kind: memberStarting}}, 1, 0, 2, false, false},

@@ -40,8 +40,14 @@ type poolObservation struct {
 	oldestClaim *time.Time
 	// replaced and retired count the members removed in this pass.
 	replaced, retired int
-	// orphanWait is how long until a young orphaned policy may be removed; 0 when none waits.
-	orphanWait time.Duration
+	// orphanWait is how long until a young orphaned policy may be removed, startWait until the first starting
+	// member runs out of time; 0 when none waits.
+	orphanWait, startWait time.Duration
+}
+
+// memberStartTimeout is how long a member may take from creation to ready before it is replaced.
+func memberStartTimeout(o sandbox.PodOptions) time.Duration {
+	return o.GateTimeout.Duration + memberStartSlack
 }
 
 // resolveMember works out the members' settings from the template as a Sandbox naming it would get them.
@@ -91,7 +97,7 @@ func (r *PoolReconciler) resolveMember(ctx context.Context, pool *airlockv1.Sand
 	}
 	obs.resolved, obs.opts = &res, opts
 	obs.want = memberWant{generation: tmpl.Generation, hash: sandbox.MemberHash(res, opts), handler: rc.Handler,
-		gateTarget: r.Pod.GateTarget, defaults: r.Defaults,
+		gateTarget: r.Pod.GateTarget, defaults: r.Defaults, startDeadline: obs.now.Add(-memberStartTimeout(r.Pod)),
 		policy: func(name string) *networkingv1.NetworkPolicy { return sandbox.BuildMemberPolicy(pool, name, res) }}
 	return nil
 }
@@ -152,7 +158,13 @@ func (r *PoolReconciler) observeMembers(ctx context.Context, pool *airlockv1.San
 		if err != nil {
 			return err
 		}
-		obs.members = append(obs.members, classifyMember(pod, obs.memberPolicies[pod.Name], policies.Items, node, obs.want))
+		m := classifyMember(pod, obs.memberPolicies[pod.Name], policies.Items, node, obs.want)
+		if m.kind == memberStarting {
+			if wait := pod.CreationTimestamp.Sub(obs.want.startDeadline); obs.startWait == 0 || wait < obs.startWait {
+				obs.startWait = max(wait, time.Second)
+			}
+		}
+		obs.members = append(obs.members, m)
 	}
 	return nil
 }

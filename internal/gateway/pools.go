@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
@@ -48,6 +49,15 @@ func (s *Server) poolFor(ctx context.Context, tmpl *airlockv1.SandboxTemplate, s
 		return nil
 	}
 	return &airlockv1.PoolReference{Name: best.Name}
+}
+
+// getTemplate reads a template from the cache, and from the API server when the cache does not have it (yet):
+// a create's template read is on the path of a warm start, and a template made just before must still be found.
+func (s *Server) getTemplate(ctx context.Context, key client.ObjectKey, t *airlockv1.SandboxTemplate) error {
+	if err := s.opts.Reader.Get(ctx, key, t); !apierrors.IsNotFound(err) {
+		return err
+	}
+	return s.opts.Client.Get(ctx, key, t)
 }
 
 // networkMode is the mode a sandbox with this network ends up with under the template.

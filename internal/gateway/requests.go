@@ -30,7 +30,7 @@ type CreateRequest struct {
 	// in the output the gateway returns (secrets.go).
 	Secrets  map[string]string `json:"secrets,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
-	Wait               *bool             `json:"wait,omitempty"`
+	Wait     *bool             `json:"wait,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the new total lifetime, counted from creation.

@@ -40,7 +40,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p auth.Pr
 		tmpl = s.opts.DefaultTemplate
 	}
 	var t airlockv1.SandboxTemplate
-	if err := s.opts.Client.Get(ctx, types.NamespacedName{Namespace: p.Tenant, Name: tmpl}, &t); err != nil {
+	if err := s.getTemplate(ctx, types.NamespacedName{Namespace: p.Tenant, Name: tmpl}, &t); err != nil {
 		if apierrors.IsNotFound(err) {
 			writeError(w, badField("template", "no template %q is available to this tenant", tmpl))
 			return
@@ -160,8 +160,8 @@ func sortedKeys(m map[string]string) []string {
 }
 
 // waitReady polls until the sandbox leaves Pending, ReadyTimeout passes or the caller goes away; it returns
-// the last state seen (still pending on timeout: the caller can poll GET). It polls the cache (Reader), often at
-// first: a warm pool claim is Ready within tens of milliseconds.
+// the last state seen (still pending on timeout: the caller can poll GET). It polls the cache (Reader), every
+// few milliseconds for the first second (a warm pool claim is Ready within tens of them), then less often.
 func (s *Server) waitReady(ctx context.Context, sb *airlockv1.Sandbox) *airlockv1.Sandbox {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ReadyTimeout)
 	defer cancel()
@@ -180,7 +180,9 @@ func (s *Server) waitReady(ctx context.Context, sb *airlockv1.Sandbox) *airlockv
 			return sb
 		case <-time.After(delay):
 		}
-		delay = min(delay*5/4, time.Second)
+		if time.Since(sb.CreationTimestamp.Time) > time.Second {
+			delay = min(delay*3/2, time.Second)
+		}
 	}
 }
 

@@ -1,0 +1,54 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// A member is judged as a Sandbox would be; one that stays unready past its start deadline is replaced, one of
+// another generation or pod spec is stale and never claimed.
+func TestClassifyMember(t *testing.T) {
+	created := time.Unix(1000, 0)
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "m"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{sandbox.LabelPod: "m"}}}}
+	want := memberWant{generation: 2, hash: "h", policy: func(string) *networkingv1.NetworkPolicy { return np.DeepCopy() }}
+	pod := func(mutate func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "m", CreationTimestamp: metav1.NewTime(created),
+			Labels:      map[string]string{sandbox.LabelPod: "m"},
+			Annotations: map[string]string{sandbox.AnnotationTemplateGeneration: "2", sandbox.AnnotationMemberHash: "h"}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending}}
+		if mutate != nil {
+			mutate(p)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name     string
+		pod      *corev1.Pod
+		policy   *networkingv1.NetworkPolicy
+		deadline time.Time
+		kind     memberKind
+		stale    bool
+	}{
+		{name: "starting", pod: pod(nil), policy: np, kind: memberStarting},
+		{name: "starting within its time", pod: pod(nil), policy: np, deadline: created.Add(-time.Second), kind: memberStarting},
+		{name: "stuck starting", pod: pod(nil), policy: np, deadline: created.Add(time.Second), kind: memberUnusable},
+		{name: "no policy", pod: pod(nil), kind: memberUnusable},
+		{name: "stopped", pod: pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), policy: np, kind: memberUnusable},
+		{name: "older generation", pod: pod(func(p *corev1.Pod) { p.Annotations[sandbox.AnnotationTemplateGeneration] = "1" }), policy: np, kind: memberStarting, stale: true},
+		{name: "other pod spec", pod: pod(func(p *corev1.Pod) { p.Annotations[sandbox.AnnotationMemberHash] = "x" }), policy: np, kind: memberStarting, stale: true},
+	} {
+		w := want
+		w.startDeadline = tc.deadline
+		m := classifyMember(tc.pod, tc.policy, nil, nil, w)
+		if m.kind != tc.kind || m.stale != tc.stale {
+			t.Errorf("%s: kind %d stale %v (%s), want %d %v", tc.name, m.kind, m.stale, m.why, tc.kind, tc.stale)
+		}
+	}
+}
