@@ -166,7 +166,7 @@ func (s *Server) waitReady(ctx context.Context, sb *airlockv1.Sandbox) *airlockv
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ReadyTimeout)
 	defer cancel()
 	key := client.ObjectKeyFromObject(sb)
-	delay := 5 * time.Millisecond
+	delay, start := 5*time.Millisecond, time.Now()
 	for {
 		var cur airlockv1.Sandbox
 		if err := s.opts.Reader.Get(ctx, key, &cur); err == nil {
@@ -180,7 +180,7 @@ func (s *Server) waitReady(ctx context.Context, sb *airlockv1.Sandbox) *airlockv
 			return sb
 		case <-time.After(delay):
 		}
-		if time.Since(sb.CreationTimestamp.Time) > time.Second {
+		if time.Since(start) > time.Second {
 			delay = min(delay*3/2, time.Second)
 		}
 	}
