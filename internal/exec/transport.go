@@ -15,8 +15,8 @@ import (
 	amhttpstream "k8s.io/apimachinery/pkg/util/httpstream" //nolint:staticcheck // client-go's upgrader interface still returns this type
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
-	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/client-go/transport/spdy"
+	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/streaming/pkg/httpstream"
 )
 
