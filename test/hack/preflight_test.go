@@ -25,7 +25,7 @@ func pathWithout(t *testing.T, missing ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for _, c := range []string{"bash", "make", "git", "curl", "python3", "jq", "readelf", "openssl", "ip", "ss",
-		"sha256sum", "flock", "go", "sed", "sort", "head", "date", "printf", "dirname", "cat"} {
+		"sha256sum", "flock", "go", "sed", "sort", "head", "date", "printf", "dirname", "cat", "node", "npm"} {
 		if strings.Contains(" "+strings.Join(missing, " ")+" ", " "+c+" ") {
 			continue
 		}
