@@ -44,6 +44,14 @@ func run(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
+// connectUnlisted asks the sandbox's HTTPS_PROXY for a tunnel to a host no allowlist names and prints the
+// status line.
+const connectUnlisted = `python3 -c 'import os, socket, urllib.parse
+u = urllib.parse.urlparse(os.environ["HTTPS_PROXY"])
+s = socket.create_connection((u.hostname, u.port), 5)
+s.sendall(b"CONNECT unlisted.invalid:443 HTTP/1.1\r\n\r\n")
+print(s.makefile("rb").readline().decode().strip())'`
+
 func TestHelmInstallServesAgentsAndUninstallsCleanly(t *testing.T) {
 	kubeconfig, helm, kubectl := os.Getenv("KUBECONFIG"), os.Getenv("AIRLOCK_E2E_HELM"), os.Getenv("AIRLOCK_E2E_KUBECTL")
 	if kubeconfig == "" || helm == "" || kubectl == "" {
@@ -92,6 +100,21 @@ func TestHelmInstallServesAgentsAndUninstallsCleanly(t *testing.T) {
 		t.Fatalf("exec through the in-cluster gateway: %d %v", status, res)
 	}
 	if status, _ := call(t, base, key, "DELETE", "/v1/sandboxes/"+id, nil); status != http.StatusOK {
+		t.Fatalf("delete: %d", status)
+	}
+	// network "restricted" on the default template: its allowlist, through the in-cluster egress proxy, which
+	// the sandbox's gate reached before it was Ready. A host not on the list is refused by the proxy before any
+	// lookup, so nothing leaves the machine.
+	status, restricted := call(t, base, key, "POST", "/v1/sandboxes", map[string]any{"network": "restricted", "timeout_minutes": 10})
+	rid, _ := restricted["id"].(string)
+	if status != http.StatusCreated || restricted["status"] != "ready" || rid == "" {
+		t.Fatalf("restricted create through the in-cluster gateway: %d %v", status, restricted)
+	}
+	status, res = call(t, base, key, "POST", "/v1/sandboxes/"+rid+"/exec", map[string]any{"command": connectUnlisted})
+	if out, _ := res["stdout"].(string); status != http.StatusOK || !strings.Contains(out, "403 airlock egress proxy") || !strings.Contains(out, "unlisted.invalid:443 is not on sandbox") {
+		t.Fatalf("CONNECT to an unlisted host through the in-cluster proxy: %d %v", status, res)
+	}
+	if status, _ := call(t, base, key, "DELETE", "/v1/sandboxes/"+rid, nil); status != http.StatusOK {
 		t.Fatalf("delete: %d", status)
 	}
 	waitEmpty(t, c, tenant, 2*time.Minute)
