@@ -67,6 +67,11 @@ func classifyMember(pod *corev1.Pod, policy *networkingv1.NetworkPolicy, policie
 	if g := gateState(pod, nil, nil); g.reason == ReasonGateFailed {
 		return unusable("%s", g.message)
 	}
+	verdict, passed := gateExited(pod)
+	running := passed && pod.Status.Phase == corev1.PodRunning && containerRunning(pod)
+	if !running && !w.startDeadline.IsZero() && pod.CreationTimestamp.Time.Before(w.startDeadline) {
+		return unusable("not ready in time: %s", podProblem(pod))
+	}
 	if policy == nil {
 		m.noPolicy = true
 		return unusable("its NetworkPolicy %s does not exist", pod.Name)
@@ -81,11 +86,7 @@ func classifyMember(pod *corev1.Pod, policy *networkingv1.NetworkPolicy, policie
 	if len(others) > 0 {
 		return unusable("NetworkPolicies %s also select it and may allow what its own denies", strings.Join(others, ", "))
 	}
-	verdict, passed := gateExited(pod)
-	if !passed || pod.Status.Phase != corev1.PodRunning || !containerRunning(pod) {
-		if !w.startDeadline.IsZero() && pod.CreationTimestamp.Time.Before(w.startDeadline) {
-			return unusable("not ready in time: %s", podProblem(pod))
-		}
+	if !running {
 		return m
 	}
 	ev, err := buildEvidence(verdict, pod, node, w.gateTarget)

@@ -58,11 +58,31 @@ func waitPoolReady(t testing.TB, ns, name string, n int32) *airlockv1.SandboxPoo
 			return err
 		}
 		if p.Status.ReadyMembers < n {
-			return fmt.Errorf("%d ready, %d members, %d stale: %v", p.Status.ReadyMembers, p.Status.Members, p.Status.StaleMembers, p.Status.Conditions)
+			return fmt.Errorf("%d ready, %d members, %d stale: %v; members: %s", p.Status.ReadyMembers, p.Status.Members, p.Status.StaleMembers,
+				p.Status.Conditions, describeMembers(t, ns, name))
 		}
 		return nil
 	})
 	return p
+}
+
+// describeMembers says, for a failure message, how far each of the pool's members got.
+func describeMembers(t testing.TB, ns, pool string) string {
+	var b strings.Builder
+	for _, m := range members(t, ns, pool) {
+		fmt.Fprintf(&b, "\n  %s %s created %s:", m.Name, m.Status.Phase, m.CreationTimestamp.Format(time.TimeOnly))
+		for _, c := range append(m.Status.InitContainerStatuses, m.Status.ContainerStatuses...) {
+			switch st := c.State; {
+			case st.Waiting != nil:
+				fmt.Fprintf(&b, " %s waiting %s %s;", c.Name, st.Waiting.Reason, st.Waiting.Message)
+			case st.Running != nil:
+				fmt.Fprintf(&b, " %s running;", c.Name)
+			case st.Terminated != nil:
+				fmt.Fprintf(&b, " %s exited %d %s;", c.Name, st.Terminated.ExitCode, strings.TrimSpace(st.Terminated.Message))
+			}
+		}
+	}
+	return b.String()
 }
 
 func withPool(name string) func(*airlockv1.Sandbox) {
