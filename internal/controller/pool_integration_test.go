@@ -361,3 +361,26 @@ func TestIntegrationPoolReplacesDeadAndUnisolatedMembers(t *testing.T) {
 	p := h.getPool()
 	g.Expect(meta.IsStatusConditionTrue(p.Status.Conditions, airlockv1.PoolConditionDrained)).To(BeTrue())
 }
+
+// A sandbox naming a pool needs the pool's template (a cold fallback uses it), and its poolRef is fixed.
+func TestIntegrationPoolRefValidation(t *testing.T) {
+	_, c := startEnv(t)
+	ns := newNamespace(t, c)
+	g := NewWithT(t)
+	ctx := context.Background()
+	bare := makeSandbox(ns, "bare").image("img").obj()
+	bare.Spec.PoolRef = &airlockv1.PoolReference{Name: "p"}
+	g.Expect(c.Create(ctx, bare)).To(MatchError(ContainSubstring("spec.poolRef needs spec.templateRef")))
+
+	s := makeSandbox(ns, "s").template("py").obj()
+	s.Spec.PoolRef = &airlockv1.PoolReference{Name: "p"}
+	g.Expect(c.Create(ctx, s)).To(Succeed())
+	s.Spec.PoolRef = &airlockv1.PoolReference{Name: "q"}
+	g.Expect(c.Update(ctx, s)).To(MatchError(ContainSubstring("spec.poolRef is immutable")))
+	s.Spec.PoolRef = nil
+	g.Expect(c.Update(ctx, s)).To(MatchError(ContainSubstring("poolRef are fixed")))
+
+	p := makePool(ns, "p", "py", 2)
+	p.Spec.MaxReplicas = ptr.To[int32](1)
+	g.Expect(c.Create(ctx, p)).To(MatchError(ContainSubstring("maxReplicas must not be below replicas")))
+}
