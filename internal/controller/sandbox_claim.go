@@ -226,27 +226,60 @@ func (c *PoolClaimer) readyMembers(ctx context.Context, pool *airlockv1.SandboxP
 	return ready, byName, nil
 }
 
-// take claims one member: false when another claim (or the pool) changed it first.
+// take claims one member: false when another claim (or the pool) took or changed it first. A conflict is also
+// what a kubelet status update since the cache's copy gives; the member is then read again and, still unclaimed
+// and running, tried once more.
 func (c *PoolClaimer) take(ctx context.Context, sbx *airlockv1.Sandbox, pod *corev1.Pod, now time.Time) (bool, error) {
-	patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	delete(pod.Labels, sandbox.LabelPool)
-	for k, v := range sbx.Spec.Labels {
-		pod.Labels[k] = v
+	for try := 0; ; try++ {
+		claimed := pod.DeepCopy()
+		patch := client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})
+		if claimed.Labels == nil {
+			claimed.Labels = map[string]string{}
+		}
+		if claimed.Annotations == nil {
+			claimed.Annotations = map[string]string{}
+		}
+		delete(claimed.Labels, sandbox.LabelPool)
+		for k, v := range sbx.Spec.Labels {
+			claimed.Labels[k] = v
+		}
+		claimed.Labels[sandbox.LabelName] = sbx.Name
+		claimed.Annotations[sandbox.AnnotationClaimedBy] = string(sbx.UID)
+		claimed.Annotations[annotationClaimedAt] = now.UTC().Format(time.RFC3339Nano)
+		if err := c.moveController(sbx, claimed); err != nil {
+			return false, err
+		}
+		err := c.Client.Patch(ctx, claimed, patch)
+		switch {
+		case err == nil:
+			*pod = *claimed
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case !apierrors.IsConflict(err):
+			return false, fmt.Errorf("claiming member %s: %w", pod.Name, err)
+		case try > 0:
+			return false, nil
+		}
+		fresh := &corev1.Pod{}
+		if err := c.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), fresh); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if !stillUnclaimed(fresh, pod) {
+			return false, nil
+		}
+		pod = fresh
 	}
-	pod.Labels[sandbox.LabelName] = sbx.Name
-	pod.Annotations[sandbox.AnnotationClaimedBy] = string(sbx.UID)
-	pod.Annotations[annotationClaimedAt] = now.UTC().Format(time.RFC3339Nano)
-	if err := c.moveController(sbx, pod); err != nil {
-		return false, err
-	}
-	err := c.Client.Patch(ctx, pod, patch)
-	switch {
-	case err == nil:
-		return true, nil
-	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
-		return false, nil
-	}
-	return false, fmt.Errorf("claiming member %s: %w", pod.Name, err)
+}
+
+// stillUnclaimed tells whether a member read again is the one judged ready from the cache, still the pool's and
+// still running.
+func stillUnclaimed(fresh, judged *corev1.Pod) bool {
+	_, passed := gateExited(fresh)
+	was, is := metav1.GetControllerOf(judged), metav1.GetControllerOf(fresh)
+	return fresh.UID == judged.UID && fresh.DeletionTimestamp == nil && was != nil && is != nil && was.UID == is.UID &&
+		fresh.Labels[sandbox.LabelPool] == judged.Labels[sandbox.LabelPool] && fresh.Labels[sandbox.LabelPool] != "" &&
+		passed && fresh.Status.Phase == corev1.PodRunning && containerRunning(fresh)
 }
 
 // adoptPolicy moves the member's policy to the sandbox, as take did the pod. Only the pool's own policy is
@@ -258,6 +291,9 @@ func (c *PoolClaimer) adoptPolicy(ctx context.Context, sbx *airlockv1.Sandbox, n
 			return nil
 		}
 		patch := client.MergeFromWithOptions(np.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		if np.Labels == nil {
+			np.Labels = map[string]string{}
+		}
 		delete(np.Labels, sandbox.LabelPool)
 		np.Labels[sandbox.LabelName] = sbx.Name
 		if err := c.moveController(sbx, np); err != nil {
