@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +23,8 @@ import (
 // without it), and the gateway's POST /v1/sandboxes to 201 Ready (a template with a pool, or an identical one
 // without). Both sides use the same image, runtime and resources; every round's sandboxes are deleted, and the
 // deletions awaited, before the next round, and the pool is refilled before each warm round. Ready is seen
-// through a watch, so that timing adds no polling load. AIRLOCK_BENCH_ROUNDS sets the rounds (default 20).
+// through a watch, so that timing adds no polling load. AIRLOCK_BENCH_ROUNDS sets the rounds (default 20),
+// AIRLOCK_BENCH_PARALLEL the parallelisms (default 1,20).
 func BenchmarkWarmStart(b *testing.B) {
 	rounds := 20
 	if v, err := strconv.Atoi(os.Getenv("AIRLOCK_BENCH_ROUNDS")); err == nil && v > 0 {
@@ -39,7 +41,7 @@ func BenchmarkWarmStart(b *testing.B) {
 	for _, name := range []string{"python-node", "python-node-cold"} {
 		eventually(b, 10*time.Second, "template "+name, func() error { return k8s.Create(ctx, poolTemplate(ns, name)) })
 	}
-	for _, par := range []int{1, 20} {
+	for _, par := range benchParallelism() {
 		b.Run(fmt.Sprintf("parallel-%d", par), func(b *testing.B) {
 			pool := &airlockv1.SandboxPool{}
 			pool.Namespace, pool.Name = ns, "python-node"
@@ -88,6 +90,22 @@ func BenchmarkWarmStart(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchParallelism is AIRLOCK_BENCH_PARALLEL (comma-separated), else 1 and 20. Each sandbox pod requests at
+// least its init container's 100m CPU, so a node needs 2× the parallelism × 100m free: 20 members and 20 cold
+// sandboxes do not fit on the 2-core local cluster's node.
+func benchParallelism() []int {
+	var out []int
+	for _, f := range strings.Split(os.Getenv("AIRLOCK_BENCH_PARALLEL"), ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return []int{1, 20}
+	}
+	return out
 }
 
 // crRound creates n Sandboxes at once, with the pool or without it, and returns each one's creation-to-Ready

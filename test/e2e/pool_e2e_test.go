@@ -71,6 +71,11 @@ func describeMembers(t testing.TB, ns, pool string) string {
 	var b strings.Builder
 	for _, m := range members(t, ns, pool) {
 		fmt.Fprintf(&b, "\n  %s %s created %s:", m.Name, m.Status.Phase, m.CreationTimestamp.Format(time.TimeOnly))
+		for _, c := range m.Status.Conditions {
+			if c.Status != corev1.ConditionTrue && c.Message != "" {
+				fmt.Fprintf(&b, " %s: %s;", c.Type, c.Message)
+			}
+		}
 		for _, c := range append(m.Status.InitContainerStatuses, m.Status.ContainerStatuses...) {
 			switch st := c.State; {
 			case st.Waiting != nil:
