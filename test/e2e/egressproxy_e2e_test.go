@@ -232,25 +232,23 @@ with Sandbox.create(network="restricted", timeout_minutes=10) as sbx:
 				}
 			}
 		})
-		res := sh(t, ns, "pkgs", `set -e; for i in $(seq 100); do curl -sS -o /dev/null --max-time 240 --limit-rate 2M http://`+pypiHost+`/medium & done; fails=0; for j in $(jobs -p); do wait $j || fails=$((fails+1)); done; echo "failed=$fails"`, 5*time.Minute)
+		res := sh(t, ns, "pkgs", `pids=; for i in $(seq 100); do curl -sS -o /dev/null --max-time 240 --limit-rate 2M http://`+pypiHost+`/medium & pids="$pids $!"; done; fails=0; n=0; for p in $pids; do n=$((n+1)); wait $p || fails=$((fails+1)); done; echo "waited=$n failed=$fails"`, 5*time.Minute)
 		close(done)
 		wg.Wait()
 		t.Logf("proxy RSS %.0f MiB before, peak %.0f MiB during 100 concurrent 8 MiB downloads; %s", before/(1<<20), peak/(1<<20), strings.TrimSpace(res.Stdout))
-		if res.ExitCode != 0 || !strings.Contains(res.Stdout, "failed=0") {
+		// $(jobs -p) is empty in dash's command substitution: wait for the pids themselves, all 100 of them.
+		if res.ExitCode != 0 || !strings.Contains(res.Stdout, "waited=100 failed=0") {
 			t.Errorf("downloads: exit %d %q %q", res.ExitCode, res.Stdout, tail(res.Stderr, 400))
 		}
 		if peak > 128<<20 {
 			t.Errorf("the proxy's RSS peaked at %.0f MiB", peak/(1<<20))
 		}
 		// A chunk is counted right after it is written: the last ones may land just after the client finished.
-		// One CI run counted 99.4% (834,102,175 of 838,860,800 bytes) with every download whole: the counter must
-		// see the downloads, but that shortfall is not understood yet (docs/network.md), so 1% is tolerated.
-		eventually(t, 10*time.Second, "the proxy counted the bytes", func() error {
+		eventually(t, 10*time.Second, "the proxy counted every byte", func() error {
 			got := scrape(t, metrics, `airlock_egress_bytes_total{direction="received",namespace="`+ns+`",sandbox="pkgs"}`)
-			if got < 0.99*100*(8<<20) {
-				return fmt.Errorf("received bytes counted %.0f, want at least 99%% of 100 x 8 MiB", got)
+			if got < 100*(8<<20) {
+				return fmt.Errorf("received bytes counted %.0f, want at least 100 x 8 MiB", got)
 			}
-			t.Logf("received bytes counted: %.0f of %d", got, 100*(8<<20))
 			return nil
 		})
 	})
