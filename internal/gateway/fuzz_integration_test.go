@@ -80,7 +80,7 @@ type fuzzGateway struct {
 func newFuzzGateway(f *testing.F) *fuzzGateway {
 	f.Helper()
 	if os.Geteuid() != 0 {
-		f.Skip("fuzzed commands run on this machine, confined to user nobody: that needs root")
+		f.Fatal("fuzzed commands run on this machine, confined to user nobody: that needs root (make test runs as root: the local cluster needs it too)")
 	}
 	root := f.TempDir()
 	// t.TempDir's directories are 0700 root: nobody must traverse them to reach its own.
