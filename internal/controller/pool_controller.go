@@ -31,6 +31,8 @@ const (
 	// maxCreatesPerPass bounds the members one reconcile starts: a node starting dozens of sandboxed pods at
 	// once slows every one of them, and each finished start brings another pass.
 	maxCreatesPerPass = 10
+	// refillHoldoff is how long after the latest claim the pool waits before starting members.
+	refillHoldoff = time.Second
 	// memberStartSlack is how much longer than its network gate's timeout a member may take to be ready.
 	memberStartSlack = 2 * time.Minute
 	// orphanPolicyAge is how old a member policy without a pod must be before it is removed: younger, its pod
@@ -111,7 +113,7 @@ func poolRequeue(obs poolObservation) ctrl.Result {
 	if obs.oldestClaim != nil {
 		after = obs.oldestClaim.Add(demandWindow).Sub(obs.now)
 	}
-	for _, wait := range []time.Duration{obs.orphanWait, obs.startWait} {
+	for _, wait := range []time.Duration{obs.orphanWait, obs.startWait, obs.refillWait} {
 		if wait > 0 && (after <= 0 || wait < after) {
 			after = wait
 		}

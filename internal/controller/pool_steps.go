@@ -36,13 +36,15 @@ type poolObservation struct {
 	// memberPolicies are the pool's own policies, by name.
 	memberPolicies map[string]*networkingv1.NetworkPolicy
 	// demand counts the Sandboxes that named the pool within demandWindow; oldestClaim is the first of them.
-	demand      int32
-	oldestClaim *time.Time
+	demand                   int32
+	oldestClaim, newestClaim *time.Time
 	// replaced and retired count the members removed in this pass.
 	replaced, retired int
 	// orphanWait is how long until a young orphaned policy may be removed, startWait until the first starting
 	// member runs out of time; 0 when none waits.
 	orphanWait, startWait time.Duration
+	// refillWait is how long until the pool refills after a burst of claims; 0 when it need not wait.
+	refillWait time.Duration
 }
 
 // memberStartTimeout is how long a member may take from creation to ready before it is replaced.
@@ -203,6 +205,9 @@ func (r *PoolReconciler) observeDemand(ctx context.Context, pool *airlockv1.Sand
 		if obs.oldestClaim == nil || at.Before(*obs.oldestClaim) {
 			obs.oldestClaim = &at
 		}
+		if obs.newestClaim == nil || at.After(*obs.newestClaim) {
+			obs.newestClaim = &at
+		}
 	}
 	return nil
 }
@@ -253,6 +258,14 @@ func (r *PoolReconciler) createMembers(ctx context.Context, pool *airlockv1.Sand
 		}
 	}
 	need := min(desired(pool, obs.demand)-current, maxCreatesPerPass)
+	if obs.newestClaim != nil && need > 0 {
+		// Starting sandboxed pods takes the node's CPU from the claims of a burst still being served: refill
+		// once the burst is over.
+		if wait := obs.newestClaim.Add(refillHoldoff).Sub(obs.now); wait > 0 {
+			obs.refillWait = wait
+			return nil
+		}
+	}
 	for range need {
 		name := pool.Name + "-" + utilrand.String(5)
 		np := sandbox.BuildMemberPolicy(pool, name, *obs.resolved)
