@@ -262,3 +262,53 @@ func TestMaskerStreamsMaskedWhateverTheChunks(t *testing.T) {
 		t.Errorf("nil masker: %v", cs)
 	}
 }
+
+// A background process's output read back in pieces, at any offsets and sizes, shows values only masked: a
+// read of the file ending inside a value takes it whole, one starting inside a value shows it masked, and a
+// possible start of a value that the process may still finish is left for a later read.
+func TestMaskerWindowsOfOutputFiles(t *testing.T) {
+	m := &masker{names: []string{"A", "B"}, values: []string{"abcdef", "xyz1"}, hold: 5}
+	file := []byte("1abcdef2xyz1xyabcdefxyz1é3abcde")
+	want := "1[masked:A]2[masked:B]xy[masked:A][masked:B]é3abcde"
+	// read is what getProcess does: a window of hold bytes either side, from the file as the process left it.
+	read := func(file []byte, off, limit int, running bool) (string, int) {
+		winOff := max(off-m.hold, 0)
+		win := file[min(winOff, len(file)):min(off+limit+m.hold, len(file))]
+		text, next := readText(m, win, int64(winOff), int64(off), int64(limit), int64(len(file)), running)
+		return text, int(next)
+	}
+	for limit := 1; limit <= len(file); limit++ {
+		var got string
+		for off, n := 0, 0; off < len(file); n++ {
+			text, next := read(file, off, limit, false)
+			if next <= off || n > len(file) {
+				t.Fatalf("limit %d: read at %d moved to %d", limit, off, next)
+			}
+			got, off = got+text, next
+		}
+		if got != want {
+			t.Errorf("reads of %d: %q, want %q", limit, got, want)
+		}
+	}
+	// Byte-sized reads at every offset, as someone piecing a value together would make.
+	var pieces string
+	for off := range file {
+		text, _ := read(file, off, 1, false)
+		pieces += text
+	}
+	for _, piece := range []string{"abcdef", "bcdef", "cdef", "xyz1", "yz1"} {
+		if strings.Contains(pieces, piece) {
+			t.Errorf("byte-sized reads show %q: %q", piece, pieces)
+		}
+	}
+	// While the process runs, a value it has only begun to write waits, and then arrives masked.
+	if text, next := read([]byte("1abc"), 0, 64, true); text != "1" || next != 1 {
+		t.Errorf("running, unfinished value: %q next %d", text, next)
+	}
+	if text, next := read([]byte("1abcdef2"), 1, 64, false); text != "[masked:A]2" || next != 8 {
+		t.Errorf("finished: %q next %d", text, next)
+	}
+	if text, next := read([]byte("1abc"), 0, 64, false); text != "1abc" || next != 4 {
+		t.Errorf("exited, never a value: %q next %d", text, next)
+	}
+}

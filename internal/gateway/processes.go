@@ -234,37 +234,54 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request, p auth.Princ
 	if q.Get("max_bytes") == "" {
 		limit = defaultProcessRead
 	}
-	mem, e := s.reserve(p, execCost(4*int(limit), 0)) // base64 in the reply, escaping in the answer
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	defer mem.release()
 	pc, sb, pid, release, ok := s.processCall(w, r, p)
 	if !ok {
 		return
 	}
 	defer release()
+	// Each stream is read up to hold bytes either side of the asked range, so that a value
+	// crossing its edges is masked whole, whatever offsets and sizes the caller picks.
+	// A few bytes more at the end let a read finish a character it would cut, however small max_bytes is.
+	mask := s.maskerFor(r.Context(), sb)
+	if mask == nil {
+		mask = &masker{}
+	}
+	hold := int64(max(mask.hold, utf8.UTFMax-1))
+	mem, e := s.reserve(p, execCost(4*int(limit+2*hold), 0)) // base64 in the reply, escaping in the answer
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	defer mem.release()
 	if wait > 0 {
 		if _, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpStatus, Config: runwrap.Config{ID: pid}, Wait: time.Duration(wait) * time.Millisecond}); !ok {
 			return
 		}
 	}
+	readOut, readErr := max(outOff-hold, 0), max(errOff-hold, 0)
 	rep, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpOutput, Config: runwrap.Config{ID: pid},
-		StdoutOffset: outOff, StderrOffset: errOff, Limit: int(limit)})
+		StdoutOffset: readOut, StderrOffset: readErr, Limit: int(limit + 2*hold)})
 	if !ok {
 		return
 	}
 	out := ProcessOutput{ProcessView: viewOfProcess(rep.Process), StdoutOffset: outOff, StderrOffset: errOff}
 	if o := rep.Output; o != nil {
-		var n int
-		out.Stdout, n = textOf(o.Stdout, outOff+int64(len(o.Stdout)) < o.StdoutSize || rep.Process.Trailer == nil)
-		out.StdoutOffset += int64(n)
-		out.Stderr, n = textOf(o.Stderr, errOff+int64(len(o.Stderr)) < o.StderrSize || rep.Process.Trailer == nil)
-		out.StderrOffset += int64(n)
+		running := rep.Process.Trailer == nil
+		out.Stdout, out.StdoutOffset = readText(mask, o.Stdout, readOut, outOff, limit, o.StdoutSize, running)
+		out.Stderr, out.StderrOffset = readText(mask, o.Stderr, readErr, errOff, limit, o.StderrSize, running)
 		out.StdoutSize, out.StderrSize = o.StdoutSize, o.StderrSize
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// readText renders what a read of one stream returned: win holds the file's bytes from winOff, the caller asked
+// for limit bytes from off. It returns the text and the offset the next read starts from.
+func readText(mask *masker, win []byte, winOff, off, limit, size int64, running bool) (string, int64) {
+	start := int(min(off-winOff, int64(len(win))))
+	end := int(min(off-winOff+limit, int64(len(win))))
+	more := running || winOff+int64(len(win)) < size
+	text, next := mask.window(win, start, end, more)
+	return text, off + int64(next-start)
 }
 
 // textOf renders output bytes as text and says how many bytes it consumed: a character cut at the end is left

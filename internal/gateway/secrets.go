@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -245,4 +246,74 @@ func (m *masker) flush() []exec.Chunk {
 		}
 	}
 	return out
+}
+
+// runeStartBefore is where the character that win[pos-1] belongs to starts (pos when win[pos-1] is invalid).
+func runeStartBefore(win []byte, pos int) int {
+	for i := pos - 1; i >= max(pos-utf8.UTFMax, 0); i-- {
+		if utf8.RuneStart(win[i]) {
+			return i
+		}
+	}
+	return pos
+}
+
+// window masks one read of a background process's output file. win holds the file's bytes around the asked
+// range win[start:end], up to m.hold bytes either side where the file has them. A value crossing start is
+// shown masked, one crossing end is taken whole, and when more may still be written (more), a possible start
+// of a value at the end of win is left for a later read: no read, at any offset or size, shows part of a
+// value. It returns the text and the index in win where the next read starts.
+func (m *masker) window(win []byte, start, end int, more bool) (string, int) {
+	var b strings.Builder
+	pos := start
+	for i := max(start-m.hold, 0); i < start; i++ {
+		if k := m.matchAt(win, i); k >= 0 && i+len(m.values[k]) > start {
+			b.WriteString("[masked:" + m.names[k] + "]")
+			pos = i + len(m.values[k])
+			break
+		}
+	}
+	seg := pos
+	for pos < end {
+		if k := m.matchAt(win, pos); k >= 0 {
+			b.WriteString(strings.ToValidUTF8(string(win[seg:pos]), "\uFFFD"))
+			b.WriteString("[masked:" + m.names[k] + "]")
+			pos += len(m.values[k])
+			seg = pos
+			continue
+		}
+		if more && m.unfinishedAt(win, pos) {
+			break
+		}
+		pos++
+	}
+	// A character cut at the end is taken whole when win holds the rest, so that even 1-byte reads move on.
+	if r := runeStartBefore(win, pos); r >= seg && r < pos && utf8.FullRune(win[r:]) {
+		_, size := utf8.DecodeRune(win[r:])
+		pos = r + size
+	}
+	text, n := textOf(win[seg:pos], more || pos < len(win))
+	b.WriteString(text)
+	return b.String(), seg + n
+}
+
+// matchAt is the index of the longest value at win[i:], or -1.
+func (m *masker) matchAt(win []byte, i int) int {
+	k := -1
+	for j, v := range m.values {
+		if bytes.HasPrefix(win[i:], []byte(v)) && (k < 0 || len(v) > len(m.values[k])) {
+			k = j
+		}
+	}
+	return k
+}
+
+// unfinishedAt says whether win[i:] is the start of a value that win cuts short.
+func (m *masker) unfinishedAt(win []byte, i int) bool {
+	for _, v := range m.values {
+		if len(win)-i < len(v) && strings.HasPrefix(v, string(win[i:])) {
+			return true
+		}
+	}
+	return false
 }
