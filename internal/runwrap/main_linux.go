@@ -76,6 +76,9 @@ func keeperMain() int {
 		fmt.Fprintf(os.Stderr, "airlock-init keeper: receive output pipes: %v (%d descriptors)\n", err, len(pipes))
 		return ExitWrapperError
 	}
+	if err := WriteFrame(ctl, &Reply{Accepted: true}); err != nil {
+		return ExitWrapperError // PID 1 is gone or gave up on us
+	}
 	// The exec stream becomes our stdio, so the output code below is the
 	// same whether or not a supervisor sits in between.
 	for i, target := range []int{1, 2, 0} {

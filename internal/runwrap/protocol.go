@@ -84,6 +84,9 @@ type Reply struct {
 	Processes []ProcInfo `json:"processes,omitempty"`
 	// Output, for OpOutput.
 	Output *Output `json:"output,omitempty"`
+	// Accepted, from a keeper to PID 1, says it holds the run, before it starts the command: a keeper that
+	// dies before saying so never started it, and the run goes to a fresh keeper.
+	Accepted bool `json:"accepted,omitempty"`
 }
 
 // ProcInfo is a run as PID 1's registry knows it.

@@ -424,8 +424,10 @@ func (s *Supervisor) refillSpare() {
 }
 
 // startKeeper hands r to a keeper: the keeper made itself undumpable before
-// it receives the descriptors. A spare keeper that dies before it got the
-// run is replaced by a fresh one.
+// it receives the descriptors. A spare keeper that dies before it accepted
+// the run (a command's kill -9 -1 may have hit it just before: its death is
+// not reaped yet, and the hand-off can still succeed) is replaced by a fresh
+// one: it never started the command.
 func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitStatus, error) {
 	for attempt := 0; ; attempt++ {
 		k, err := s.takeKeeper()
@@ -436,6 +438,12 @@ func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitS
 		r.ctl, r.keeper = k.ctl, k.pid
 		s.mu.Unlock()
 		err = s.sendRun(r, files)
+		if err == nil {
+			var ack Reply
+			if err = ReadFrame(r.ctl, &ack); err == nil && !ack.Accepted {
+				err = errors.New("the keeper did not accept the run")
+			}
+		}
 		if err == nil {
 			return k.exited, nil
 		}
