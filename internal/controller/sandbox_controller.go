@@ -30,10 +30,14 @@ import (
 const (
 	// Finalizer lets the controller record usage and remove the pod before the Sandbox goes away.
 	Finalizer = "sandbox.airlock.dev/cleanup"
+	// ReportingController names the manager in the events it writes itself (the usage record).
+	ReportingController = "airlock-manager"
 	// FieldOwner is the server-side-apply field manager of the objects the controller fully owns.
 	FieldOwner = "airlock-manager"
 
 	indexTemplate = "spec.templateRef.name"
+	// indexPolicySelects indexes NetworkPolicies by the sandbox name their selector requires (sandbox.SelectedName).
+	indexPolicySelects = "airlock.policy.selects"
 	// retryBlocked is how often a sandbox blocked on something without a watch (a rejected pod) is retried.
 	retryBlocked = 30 * time.Second
 	// retryProxy is how often a sandbox waiting for the egress proxy's Service looks again.
@@ -162,6 +166,11 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return []string{ref.Name}
 		}
 		return nil
+	}); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &networkingv1.NetworkPolicy{}, indexPolicySelects, func(o client.Object) []string {
+		return []string{sandbox.SelectedName(o.(*networkingv1.NetworkPolicy))}
 	}); err != nil {
 		return err
 	}

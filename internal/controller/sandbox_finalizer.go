@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,20 +43,43 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *airlockv1.Sandbox
 		return ctrl.Result{}, err
 	}
 	usage := sandbox.UsageSeconds(sbx.Status.StartedAt, now)
+	size := sbx.Status.Size
+	if size == "" {
+		size = sandbox.DefaultSize
+	}
+	if err := r.recordUsage(ctx, sbx, usage, size); err != nil {
+		return ctrl.Result{}, err
+	}
 	patch := client.MergeFromWithOptions(sbx.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(sbx, Finalizer)
 	if err := r.Patch(ctx, sbx, patch); err != nil {
 		return ctrl.Result{}, ignoreConflict(client.IgnoreNotFound(err))
 	}
-	// Counted only after the finalizer is gone, so a retried finalize never counts twice.
-	size := sbx.Status.Size
-	if size == "" {
-		size = sandbox.DefaultSize
-	}
+	// The process's counter: after the finalizer is gone, so a retried finalize never counts twice here.
 	r.Metrics.AddUsage(sbx.Namespace, string(size), usage)
-	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete",
-		"sandbox removed after %d sandbox-seconds (size %s)", usage, size)
 	return ctrl.Result{}, nil
+}
+
+// recordUsage writes the sandbox's usage record, the Deleted event, before the finalizer goes: exactly once
+// whatever dies when, since its name is the sandbox's UID and a retried finalize finds it exists. (An event
+// recorder would be at most once: it writes in the background, and may drop or merge events under load.)
+func (r *SandboxReconciler) recordUsage(ctx context.Context, sbx *airlockv1.Sandbox, usage int64, size airlockv1.Size) error {
+	ev := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Namespace: sbx.Namespace, Name: fmt.Sprintf("%s.%s.usage", sbx.Name, sbx.UID)},
+		EventTime:           metav1.NowMicro(),
+		ReportingController: ReportingController,
+		ReportingInstance:   ReportingController,
+		Action:              "Delete",
+		Reason:              "Deleted",
+		Type:                corev1.EventTypeNormal,
+		Regarding: corev1.ObjectReference{APIVersion: airlockv1.GroupVersion.String(), Kind: "Sandbox",
+			Namespace: sbx.Namespace, Name: sbx.Name, UID: sbx.UID, ResourceVersion: sbx.ResourceVersion},
+		Note: fmt.Sprintf("sandbox removed after %d sandbox-seconds (size %s)", usage, size),
+	}
+	if err := r.Create(ctx, ev); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("recording usage: %w", err)
+	}
+	return nil
 }
 
 // terminating is what a sandbox being deleted is observed as: Terminating, still Expired by the deadline that

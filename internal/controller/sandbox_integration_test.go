@@ -204,25 +204,39 @@ func TestIntegrationCreateMakesIsolatedPodAndPolicy(t *testing.T) {
 		}
 	}).WithTimeout(waitLong).Should(Succeed())
 
-	// Policies are additive: another policy that selects the pod makes it not isolated, and not Ready.
-	other := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "allow-team-a"},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
-			Egress:      []networkingv1.NetworkPolicyEgressRule{{}},
-		},
+	// Policies are additive: another policy that selects the pod makes it not isolated, and not Ready, whether
+	// it selects by the sandbox's own name label (indexed under the name) or by any other label (indexed as
+	// any); one that requires another sandbox's name does not count.
+	allowEgress := func(name string, sel map[string]string) *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: sel},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+				Egress:      []networkingv1.NetworkPolicyEgressRule{{}},
+			},
+		}
 	}
-	g.Expect(c.Create(ctx, other)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		s := getSandbox(t, c, ns, "s1")
-		g.Expect(condition(s, airlockv1.ConditionNetworkIsolated)).To(Equal("False/" + ReasonOtherPolicySelects))
-		g.Expect(meta.FindStatusCondition(s.Status.Conditions, airlockv1.ConditionNetworkIsolated).Message).To(ContainSubstring("allow-team-a"))
-		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonNotIsolated))
-	}).WithTimeout(waitLong).Should(Succeed())
-	g.Expect(c.Delete(ctx, other)).To(Succeed())
-	g.Eventually(func() string { return condition(getSandbox(t, c, ns, "s1"), airlockv1.ConditionReady) }).
-		WithTimeout(waitLong).Should(Equal("True/" + ReasonReady))
+	elsewhere := allowEgress("allow-s2", map[string]string{sandbox.LabelName: "s2"})
+	g.Expect(c.Create(ctx, elsewhere)).To(Succeed())
+	for _, other := range []*networkingv1.NetworkPolicy{
+		allowEgress("allow-team-a", map[string]string{"team": "a"}),
+		allowEgress("allow-by-name", map[string]string{sandbox.LabelName: "s1"}),
+	} {
+		g.Expect(c.Create(ctx, other)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			s := getSandbox(t, c, ns, "s1")
+			g.Expect(condition(s, airlockv1.ConditionNetworkIsolated)).To(Equal("False/" + ReasonOtherPolicySelects))
+			msg := meta.FindStatusCondition(s.Status.Conditions, airlockv1.ConditionNetworkIsolated).Message
+			g.Expect(msg).To(ContainSubstring(other.Name))
+			g.Expect(msg).NotTo(ContainSubstring(elsewhere.Name))
+			g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonNotIsolated))
+		}).WithTimeout(waitLong).Should(Succeed())
+		g.Expect(c.Delete(ctx, other)).To(Succeed())
+		g.Eventually(func() string { return condition(getSandbox(t, c, ns, "s1"), airlockv1.ConditionReady) }).
+			WithTimeout(waitLong).Should(Equal("True/" + ReasonReady))
+	}
+	g.Expect(c.Delete(ctx, elsewhere)).To(Succeed())
 
 	// Someone edits our policy to allow egress: it is restored.
 	np = &networkingv1.NetworkPolicy{}

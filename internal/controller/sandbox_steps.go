@@ -269,11 +269,18 @@ func (r *SandboxReconciler) observeIsolation(ctx context.Context, sbx *airlockv1
 	if obs.pod == nil {
 		return nil
 	}
-	var policies networkingv1.NetworkPolicyList
-	if err := r.List(ctx, &policies, client.InNamespace(sbx.Namespace)); err != nil {
-		return fmt.Errorf("listing network policies: %w", err)
+	// Only policies that require this sandbox's name or no name can select its pod (indexPolicySelects): two
+	// small lists instead of every policy in the namespace, on every reconcile. Read-only, so not copied.
+	var candidates []networkingv1.NetworkPolicy
+	for _, key := range []string{obs.pod.Labels[sandbox.LabelName], sandbox.AnyName} {
+		var policies networkingv1.NetworkPolicyList
+		if err := r.List(ctx, &policies, client.InNamespace(sbx.Namespace), client.MatchingFields{indexPolicySelects: key},
+			client.UnsafeDisableDeepCopy); err != nil {
+			return fmt.Errorf("listing network policies: %w", err)
+		}
+		candidates = append(candidates, policies.Items...)
 	}
-	others, err := sandbox.OtherSelectingPolicies(obs.pod.Labels, obs.pod.Name, policies.Items)
+	others, err := sandbox.OtherSelectingPolicies(obs.pod.Labels, obs.pod.Name, candidates)
 	if err != nil {
 		return err
 	}

@@ -2,13 +2,16 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -57,4 +60,45 @@ func TestIntegrationTTLExpiryDeletesSandbox(t *testing.T) {
 	g.Expect(c.Get(ctx, key(ns, "short"), &corev1.Pod{})).To(MatchError(apierrors.IsNotFound, "IsNotFound"))
 	g.Expect(c.Get(ctx, key(ns, "short"), &networkingv1.NetworkPolicy{})).To(MatchError(apierrors.IsNotFound, "IsNotFound"))
 	g.Eventually(func() []string { return eventReasons(t, c, ns, "short") }).WithTimeout(waitLong).Should(ContainElements("Expired", "Deleted"))
+}
+
+// The usage record is written before the finalizer goes and named by the sandbox's UID: a finalize retried
+// after a crash that came between the two (here: the record already exists) writes no second one, and a
+// deletion leaves exactly one.
+func TestIntegrationUsageRecordedExactlyOnce(t *testing.T) {
+	_, c := startEnv(t)
+	startManager(t, managerOptions{})
+	ctx, g := context.Background(), NewWithT(t)
+	ns := newNamespace(t, c)
+	for _, name := range []string{"crashed", "plain"} {
+		createReady(t, c, makeSandbox(ns, name).image("img:1").obj())
+	}
+	crashed := getSandbox(t, c, ns, "crashed")
+	earlier := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("crashed.%s.usage", crashed.UID)}, EventTime: metav1.NowMicro(),
+		ReportingController: ReportingController, ReportingInstance: ReportingController, Action: "Delete", Reason: "Deleted",
+		Type: corev1.EventTypeNormal, Note: "sandbox removed after 7 sandbox-seconds (size small)",
+		Regarding: corev1.ObjectReference{APIVersion: airlockv1.GroupVersion.String(), Kind: "Sandbox", Namespace: ns, Name: "crashed", UID: crashed.UID},
+	}
+	g.Expect(c.Create(ctx, earlier)).To(Succeed())
+	for _, name := range []string{"crashed", "plain"} {
+		g.Expect(c.Delete(ctx, getSandbox(t, c, ns, name))).To(Succeed())
+	}
+	for _, name := range []string{"crashed", "plain"} {
+		g.Eventually(func() bool { return apierrors.IsNotFound(c.Get(ctx, key(ns, name), &airlockv1.Sandbox{})) }).
+			WithTimeout(waitLong).Should(BeTrue())
+	}
+	g.Consistently(func(g Gomega) {
+		var list eventsv1.EventList
+		g.Expect(c.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		notes := map[string][]string{}
+		for _, e := range list.Items {
+			if e.Reason == "Deleted" {
+				notes[e.Regarding.Name] = append(notes[e.Regarding.Name], e.Note)
+			}
+		}
+		g.Expect(notes["crashed"]).To(Equal([]string{earlier.Note}))
+		g.Expect(notes["plain"]).To(HaveLen(1))
+		g.Expect(notes["plain"][0]).To(ContainSubstring("sandbox-seconds"))
+	}).WithTimeout(2 * time.Second).Should(Succeed())
 }

@@ -45,6 +45,20 @@ func OtherSelectingPolicies(podLabels map[string]string, ours string, policies [
 	return names, nil
 }
 
+// AnyName is SelectedName's answer for a policy that may select pods of any sandbox. A label value cannot be
+// "*", so it never collides with a sandbox's name.
+const AnyName = "*"
+
+// SelectedName is the sandbox name (label LabelName) a policy's pod selector requires, or AnyName when it
+// requires none. Only policies of that name or AnyName can select a sandbox's pod: an index on it lets the
+// isolation check look at a few policies instead of every policy in the namespace.
+func SelectedName(p *networkingv1.NetworkPolicy) string {
+	if v, ok := p.Spec.PodSelector.MatchLabels[LabelName]; ok {
+		return v
+	}
+	return AnyName
+}
+
 // normalize treats nil and empty rule lists alike, as the API server may return either.
 func normalize(s networkingv1.NetworkPolicySpec) networkingv1.NetworkPolicySpec {
 	s = *s.DeepCopy()

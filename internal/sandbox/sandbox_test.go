@@ -488,6 +488,25 @@ func TestOtherSelectingPolicies(t *testing.T) {
 	expect(t, got[1], "by-expr")
 }
 
+// Whatever else a selector says, one that requires a sandbox name selects only that sandbox's pod; every
+// other selector may select any sandbox's.
+func TestSelectedName(t *testing.T) {
+	for _, tc := range []struct {
+		sel  metav1.LabelSelector
+		want string
+	}{
+		{metav1.LabelSelector{MatchLabels: map[string]string{LabelName: "s"}}, "s"},
+		{metav1.LabelSelector{MatchLabels: map[string]string{LabelName: "s", "team": "a"},
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "x", Operator: metav1.LabelSelectorOpExists}}}, "s"},
+		{metav1.LabelSelector{}, AnyName},
+		{metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}, AnyName},
+		{metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: LabelName, Operator: metav1.LabelSelectorOpIn, Values: []string{"s"}}}}, AnyName},
+	} {
+		p := &networkingv1.NetworkPolicy{Spec: networkingv1.NetworkPolicySpec{PodSelector: tc.sel}}
+		expect(t, SelectedName(p), tc.want)
+	}
+}
+
 func TestPolicyMatchesIgnoresNilVersusEmpty(t *testing.T) {
 	want := BuildNetworkPolicy(sbx(), airlockv1.NetworkSpec{}, nil)
 	got := want.DeepCopy()

@@ -184,3 +184,27 @@ func keys(m map[string]bool) []string {
 	sort.Strings(k)
 	return k
 }
+
+// The admission policy that adds the Sandbox finalizer is the same under Helm as under kustomize, and Helm
+// leaves it out on a cluster without MutatingAdmissionPolicy v1 (before Kubernetes 1.36), where the manager
+// adds the finalizer itself.
+func TestFinalizerPolicyMatchesKustomize(t *testing.T) {
+	kz := kustomizeDefault(t)
+	chart := render(t)
+	for _, kind := range []string{"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {
+		k, c := kz.get(kind, "", "airlock-sandbox-finalizer"), chart.get(kind, "", "airlock-sandbox-finalizer")
+		if k == nil || c == nil {
+			t.Fatalf("%s: kustomize %v, chart %v", kind, k != nil, c != nil)
+		}
+		if !reflect.DeepEqual(k.Object["spec"], c.Object["spec"]) {
+			t.Errorf("%s spec differs:\n kustomize %v\n chart     %v", kind, k.Object["spec"], c.Object["spec"])
+		}
+	}
+	out, err := exec.Command(helmBinary(t), "template", "airlock", chartDir(t), "--namespace", releaseNamespace).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "kind: MutatingAdmissionPolicy") {
+		t.Error("rendered for a cluster without MutatingAdmissionPolicy v1")
+	}
+}

@@ -72,12 +72,17 @@ const releaseNamespace = "airlock-system"
 // helmTemplate renders the chart (or dir) with extra helm arguments and returns stdout, stderr and the error.
 func helmTemplate(t testing.TB, dir, release string, args ...string) (string, string, error) {
 	t.Helper()
-	cmd := exec.Command(helmBinary(t), append([]string{"template", release, dir, "--namespace", releaseNamespace}, args...)...)
+	// As on the project's cluster (Kubernetes 1.37), which serves MutatingAdmissionPolicy v1 (GA in 1.36);
+	// helm template's built-in list of APIs predates it.
+	base := []string{"template", release, dir, "--namespace", releaseNamespace, "--api-versions", mutatingPolicyAPI}
+	cmd := exec.Command(helmBinary(t), append(base, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	return out.String(), errb.String(), err
 }
+
+const mutatingPolicyAPI = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 
 // objects is a rendered manifest, parsed.
 type objects []*unstructured.Unstructured
