@@ -166,3 +166,24 @@ func TestToolDefinitions(t *testing.T) {
 		t.Fatal("unknown format accepted")
 	}
 }
+
+// A create sends what was asked and nothing else: the idle timeout and scoped secrets included.
+func TestCreateSendsIdleTimeoutAndSecrets(t *testing.T) {
+	var got map[string]any
+	c := newTestClient(t, func(w http.ResponseWriter, r *http.Request) {
+		if err := json.NewDecoder(r.Body).Decode(&got); err != nil {
+			t.Errorf("decode: %v", err)
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"sbx-1","status":"ready"}`))
+	})
+	sbx, err := c.Create(context.Background(), CreateOptions{Template: "py", IdleTimeoutMinutes: 10, Network: "off",
+		Secrets: map[string]string{"GIT_TOKEN": "t0ken"}})
+	if err != nil || sbx.ID != "sbx-1" {
+		t.Fatalf("create: %v %+v", err, sbx)
+	}
+	want := `{"idle_timeout_minutes":10,"network":"none","secrets":{"GIT_TOKEN":"t0ken"},"template":"py"}`
+	if b, _ := json.Marshal(got); string(b) != want {
+		t.Errorf("sent %s, want %s", b, want)
+	}
+}

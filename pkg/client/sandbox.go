@@ -34,9 +34,15 @@ type CreateOptions struct {
 	Template       string
 	Size           string
 	TimeoutMinutes int
+	// IdleTimeoutMinutes expires the sandbox after that long without a command, file transfer or running
+	// background process; 0 is the template's default.
+	IdleTimeoutMinutes int
 	// Network is "none" (also "off") or "restricted".
-	Network  string
-	Env      map[string]string
+	Network string
+	Env     map[string]string
+	// Secrets are like Env, for this sandbox only: kept in a Secret that goes with it and masked as
+	// [masked:NAME] in the output the gateway returns.
+	Secrets  map[string]string
 	Metadata map[string]string
 	// NoWait returns as soon as the sandbox is created instead of once it is Ready.
 	NoWait bool
@@ -46,8 +52,10 @@ type createRequest struct {
 	Template       string            `json:"template,omitempty"`
 	Size           string            `json:"size,omitempty"`
 	TimeoutMinutes *int              `json:"timeout_minutes,omitempty"`
+	IdleTimeout    *int              `json:"idle_timeout_minutes,omitempty"`
 	Network        string            `json:"network,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
+	Secrets        map[string]string `json:"secrets,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	Wait           *bool             `json:"wait,omitempty"`
 }
@@ -68,12 +76,15 @@ func (c *Client) sandbox(id string) *Sandbox {
 // Create makes a sandbox and, unless NoWait, waits until it is Ready (the gateway's --ready-timeout; after it
 // the sandbox is returned still pending). A 429 rate limit or a 503 is retried: the gateway created nothing.
 func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
-	req := createRequest{Template: opts.Template, Size: opts.Size, Network: opts.Network, Env: opts.Env, Metadata: opts.Metadata}
+	req := createRequest{Template: opts.Template, Size: opts.Size, Network: opts.Network, Env: opts.Env, Secrets: opts.Secrets, Metadata: opts.Metadata}
 	if req.Network == "off" {
 		req.Network = "none"
 	}
 	if opts.TimeoutMinutes != 0 {
 		req.TimeoutMinutes = &opts.TimeoutMinutes
+	}
+	if opts.IdleTimeoutMinutes != 0 {
+		req.IdleTimeout = &opts.IdleTimeoutMinutes
 	}
 	if opts.NoWait {
 		f := false

@@ -106,12 +106,14 @@ def exec_timeout(timeout_seconds: float) -> httpx.Timeout:
     return httpx.Timeout(30.0, read=timeout_seconds + 90.0)
 
 
-def create_body(template, size, timeout_minutes, network, env, metadata) -> Dict[str, Any]:
+def create_body(template, size, timeout_minutes, network, env, metadata, idle_timeout_minutes=None,
+                secrets=None) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
     if network == "off":
         network = "none"
     for k, v in (("template", template), ("size", size), ("timeout_minutes", timeout_minutes),
-                 ("network", network), ("env", env), ("metadata", metadata)):
+                 ("idle_timeout_minutes", idle_timeout_minutes), ("network", network), ("env", env),
+                 ("secrets", secrets), ("metadata", metadata)):
         if v is not None:
             body[k] = v
     return body

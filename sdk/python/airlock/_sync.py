@@ -102,10 +102,16 @@ class Sandbox:
     def create(cls, template: Optional[str] = None, size: Optional[str] = None, timeout_minutes: Optional[int] = None,
                network: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                metadata: Optional[Dict[str, str]] = None, api_key: Optional[str] = None,
-               base_url: Optional[str] = None) -> "Sandbox":
-        """Create a sandbox and wait until it is Ready. network: "none" (or "off") or "restricted"."""
+               base_url: Optional[str] = None,
+               idle_timeout_minutes: Optional[int] = None,
+               secrets: Optional[Dict[str, str]] = None) -> "Sandbox":
+        """Create a sandbox and wait until it is Ready. network: "none" (or "off") or "restricted".
+
+        idle_timeout_minutes: expire after that long without a command, file transfer or running background
+        process (the hard timeout still caps the total). secrets: like env, for this sandbox only, kept in a
+        Secret that goes with it and masked as [masked:NAME] in returned output."""
         c = _Client(_core.Config.resolve(api_key, base_url))
-        body = _core.create_body(template, size, timeout_minutes, network, env, metadata)
+        body = _core.create_body(template, size, timeout_minutes, network, env, metadata, idle_timeout_minutes, secrets)
         try:
             return cls(c.request("POST", "/v1/sandboxes", json=body).json()["id"], c)
         except BaseException:

@@ -62,6 +62,11 @@ def test_create_body_network_off():
     assert _core.create_body(None, "small", 30, "off", None, None) == {"size": "small", "timeout_minutes": 30, "network": "none"}
 
 
+def test_create_body_idle_timeout_and_secrets():
+    assert _core.create_body("py", None, None, None, {"A": "1"}, None, 10, {"GIT_TOKEN": "t0ken"}) == {
+        "template": "py", "idle_timeout_minutes": 10, "env": {"A": "1"}, "secrets": {"GIT_TOKEN": "t0ken"}}
+
+
 def test_tool_definitions():
     a = tool_definitions("anthropic", installed="Python 3.11", network="none")
     assert [t["name"] for t in a] == ["run_command", "run_python"] and "input_schema" in a[0]

@@ -21,10 +21,14 @@ export interface CreateOptions extends ConnectionOptions {
   size?: string;
   /** Hard expiry, minutes from creation; may be raised later with `setTimeout`. */
   timeoutMinutes?: number;
+  /** Expire after this many minutes without a command, file transfer or running background process. */
+  idleTimeoutMinutes?: number;
   /** `none` (or `off`, the default) or `restricted`. */
   network?: Network;
   /** Environment of every command. */
   env?: Record<string, string>;
+  /** Like env, for this sandbox only: kept in a Secret that goes with it, masked as [masked:NAME] in output. */
+  secrets?: Record<string, string>;
   /** Labels of your own, returned by `info()` and `list()`. */
   metadata?: Record<string, string>;
   /** How long to wait for the sandbox to be ready before giving up (and deleting it); default 180. */
@@ -159,8 +163,10 @@ export class Sandbox {
     if (options.template !== undefined) body.template = options.template;
     if (options.size !== undefined) body.size = options.size;
     if (options.timeoutMinutes !== undefined) body.timeout_minutes = options.timeoutMinutes;
+    if (options.idleTimeoutMinutes !== undefined) body.idle_timeout_minutes = options.idleTimeoutMinutes;
     if (options.network !== undefined) body.network = options.network === "off" ? "none" : options.network;
     if (options.env !== undefined) body.env = options.env;
+    if (options.secrets !== undefined) body.secrets = options.secrets;
     if (options.metadata !== undefined) body.metadata = options.metadata;
     const created = await transport.json<WireSandbox>({
       method: "POST", path: "/v1/sandboxes", json: body, timeoutMs: createTimeoutMs,

@@ -44,8 +44,8 @@ test("create sends the options in the gateway's names and waits while the sandbo
   });
   try {
     const sbx = await Sandbox.create({
-      ...gw.conn, template: "python-node", size: "small", timeoutMinutes: 30, network: "off",
-      env: { A: "1" }, metadata: { conv: "7" },
+      ...gw.conn, template: "python-node", size: "small", timeoutMinutes: 30, idleTimeoutMinutes: 10, network: "off",
+      env: { A: "1" }, secrets: { GIT_TOKEN: "t0ken" }, metadata: { conv: "7" },
     });
     assert.equal(sbx.id, "sbx-2");
     const create = gw.seen[0]!;
@@ -53,7 +53,8 @@ test("create sends the options in the gateway's names and waits while the sandbo
     assert.equal(create.headers.authorization, "Bearer alk_test_secret");
     assert.match(String(create.headers["user-agent"]), /^airlock-sdk-typescript\/\d/);
     assert.deepEqual(create.json(), {
-      template: "python-node", size: "small", timeout_minutes: 30, network: "none", env: { A: "1" }, metadata: { conv: "7" },
+      template: "python-node", size: "small", timeout_minutes: 30, idle_timeout_minutes: 10, network: "none",
+      env: { A: "1" }, secrets: { GIT_TOKEN: "t0ken" }, metadata: { conv: "7" },
     });
     assert.equal(polls, 2);
     const info = await sbx.info();
