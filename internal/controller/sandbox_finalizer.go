@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -62,7 +63,8 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *airlockv1.Sandbox
 
 // recordUsage writes the sandbox's usage record, the Deleted event, before the finalizer goes: exactly once
 // whatever dies when, since its name is the sandbox's UID and a retried finalize finds it exists. (An event
-// recorder would be at most once: it writes in the background, and may drop or merge events under load.)
+// recorder would be at most once: it writes in the background, and may drop or merge events under load.) In a
+// namespace being deleted no event can be written: the usage is then only logged and counted.
 func (r *SandboxReconciler) recordUsage(ctx context.Context, sbx *airlockv1.Sandbox, usage int64, size airlockv1.Size) error {
 	ev := &eventsv1.Event{
 		ObjectMeta:          metav1.ObjectMeta{Namespace: sbx.Namespace, Name: fmt.Sprintf("%s.%s.usage", sbx.Name, sbx.UID)},
@@ -76,10 +78,18 @@ func (r *SandboxReconciler) recordUsage(ctx context.Context, sbx *airlockv1.Sand
 			Namespace: sbx.Namespace, Name: sbx.Name, UID: sbx.UID, ResourceVersion: sbx.ResourceVersion},
 		Note: fmt.Sprintf("sandbox removed after %d sandbox-seconds (size %s)", usage, size),
 	}
-	if err := r.Create(ctx, ev); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("recording usage: %w", err)
+	err := r.Create(ctx, ev)
+	switch {
+	case err == nil, apierrors.IsAlreadyExists(err):
+		return nil
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		// Nothing new can be written in a namespace being deleted; holding the finalizer for it would hold
+		// the namespace's deletion for ever. The usage goes to the log and the metric only.
+		log.FromContext(ctx).Info("usage not recorded as an event: the namespace is being deleted",
+			"sandbox", sbx.Name, "sandboxSeconds", usage, "size", size)
+		return nil
 	}
-	return nil
+	return fmt.Errorf("recording usage: %w", err)
 }
 
 // terminating is what a sandbox being deleted is observed as: Terminating, still Expired by the deadline that

@@ -102,3 +102,19 @@ func TestIntegrationUsageRecordedExactlyOnce(t *testing.T) {
 		g.Expect(notes["plain"][0]).To(ContainSubstring("sandbox-seconds"))
 	}).WithTimeout(2 * time.Second).Should(Succeed())
 }
+
+// A sandbox deleted with its namespace is not held by its usage record: nothing can be created in a namespace
+// being deleted, and the finalizer goes anyway (the usage is logged and counted). Held for ever without that.
+func TestIntegrationNamespaceDeletionIsNotHeldByUsage(t *testing.T) {
+	_, c := startEnv(t)
+	startManager(t, managerOptions{})
+	ctx, g := context.Background(), NewWithT(t)
+	ns := newNamespace(t, c)
+	createReady(t, c, makeSandbox(ns, "s").image("img:1").obj())
+	// envtest has no namespace controller: the namespace stays Terminating, refusing new content, as it does
+	// in a cluster while its content is deleted.
+	g.Expect(c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	g.Expect(c.Delete(ctx, getSandbox(t, c, ns, "s"))).To(Succeed())
+	g.Eventually(func() bool { return apierrors.IsNotFound(c.Get(ctx, key(ns, "s"), &airlockv1.Sandbox{})) }).
+		WithTimeout(waitLong).Should(BeTrue())
+}
