@@ -56,7 +56,7 @@ func run() error {
 	fs.IntVar(&podOpts.ProcessLimit, "process-limit", podOpts.ProcessLimit, "Most processes the sandbox user may have (RLIMIT_NPROC) under --process-limit-runtime-classes; 0 disables.")
 	processRuntimes := fs.String("process-limit-runtime-classes", strings.Join(podOpts.ProcessLimitRuntimes, ","), "Comma-separated runtime classes whose pids limit kills the whole sandbox instead of failing fork (gVisor), so the process limit is applied inside.")
 	egressProxy := fs.String("egress-proxy-service", "", "namespace/name of the egress proxy's Service, which Restricted sandboxes with an allowlist (network.allow) reach their hosts through; empty: no proxy, and such sandboxes wait with reason EgressProxyUnavailable.")
-	fs.IntVar(&workers, "workers", 8, "How many sandboxes are reconciled concurrently.")
+	fs.IntVar(&workers, "workers", 32, "How many sandboxes are reconciled concurrently (each reconcile mostly waits for the API server).")
 	fs.IntVar(&qps, "kube-api-qps", 200, "Queries per second the manager may send to the API server.")
 	fs.IntVar(&burst, "kube-api-burst", 400, "Burst of queries the manager may send to the API server.")
 	var guard webhookFlags

@@ -51,7 +51,8 @@ type benchRound struct {
 // creating N pods + N policies directly, at the same client concurrency and rate limits. Both sides observe
 // "done" the same way (a watch on the namespace, no polling) and alternate, A B A B…, for
 // AIRLOCK_BENCH_REPS repetitions (default 5) of AIRLOCK_BENCH_COUNT objects (default 1,000); everything a
-// round created is deleted, and the deletion awaited, before the next. Run with `make bench-envtest`.
+// round created is deleted, and the deletion awaited, before the next. The manager runs with
+// AIRLOCK_BENCH_WORKERS reconcile workers (default 32, its own default). Run with `make bench-envtest`.
 // Reported: the totals' medians and their ratio, per-object p50/p90, API requests per object (from the API
 // server's apiserver_request_total), and the manager's CPU time and peak RSS.
 func BenchmarkCreateSandboxes(b *testing.B) {
@@ -388,7 +389,7 @@ func startManagerProcess(b *testing.B) *managerProcess {
 		b.Fatal(err)
 	}
 	cmd := child.DieWithParent(exec.Command(bin, "--kubeconfig", kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
-		"--health-probe-bind-address=0", "--workers=8", "--zap-log-level=error",
+		"--health-probe-bind-address=0", "--workers="+strconv.Itoa(benchEnvInt("AIRLOCK_BENCH_WORKERS", 32)), "--zap-log-level=error",
 		"--kube-api-qps=1000", "--kube-api-burst=2000"))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
