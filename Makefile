@@ -94,6 +94,11 @@ test-e2e: $(HELM) ## End-to-end tests on the local cluster, then a Helm install 
 bench-e2e: ## Benchmarks on the local cluster: create->Ready vs a bare pod, and during an exec flood; warm pool claims vs cold; exec latency breakdown and fan-out throughput vs client-go; memory headroom.
 	hack/e2e.sh -run '^$$' -bench 'BenchmarkColdReady|BenchmarkWarmStart|BenchmarkExecTrue|BenchmarkExecFanout|BenchmarkMemoryHeadroom|BenchmarkCreateReadyUnderExecFlood' -benchtime 1x
 
+.PHONY: bench-scale
+bench-scale: envtest-assets ## Benchmark: 10,000 Sandboxes on 50 kwok-simulated nodes against etcd, kube-apiserver, -scheduler, -controller-manager (docs/performance.md).
+	hack/build-k8s.sh kube-scheduler kube-controller-manager
+	KUBEBUILDER_ASSETS=$(K8S_BIN_DIR) AIRLOCK_KWOK=$$(hack/build-kwok.sh) go test ./test/scale/... -run '^$$' -bench BenchmarkScale -benchtime 1x -count=1 -timeout 90m -v
+
 .PHONY: bench-envtest
 bench-envtest: envtest-assets ## Benchmark: 1,000 Sandboxes vs 1,000 pods+policies on envtest (docs/performance.md).
 	KUBEBUILDER_ASSETS=$(K8S_BIN_DIR) go test ./internal/controller/... -run '^$$' -bench BenchmarkCreateSandboxes -benchtime 1x -count=1 -timeout 30m
