@@ -45,7 +45,8 @@ func BenchmarkCreateReadyUnderExecFlood(b *testing.B) {
 		var total floodCount
 		measure := func(name string, ready, api *[]time.Duration, load *[]string) {
 			stop := probeAPI(ns, api)
-			*ready = append(*ready, sandboxReady(b, ns, name, "gvisor"))
+			took, _ := sandboxReady(b, ns, name, "gvisor")
+			*ready = append(*ready, took)
 			stop()
 			*load = append(*load, strings.Fields(loadavg())[0])
 		}

@@ -38,7 +38,7 @@ var (
 var (
 	scheme = runtime.NewScheme()
 	cfg    *rest.Config
-	k8s    client.Client
+	k8s    client.WithWatch
 	engine *airlockexec.Engine
 	mgr    *managerProc
 )
@@ -73,7 +73,7 @@ func setup(m *testing.M) (int, error) {
 		return 1, err
 	}
 	cfg.QPS, cfg.Burst = 100, 200
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	if k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return 1, err
 	}
 	if engine, err = airlockexec.New(cfg, airlockexec.Options{}); err != nil {
