@@ -80,7 +80,8 @@ func BenchmarkScale(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
 	dir := b.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
@@ -253,26 +254,51 @@ type readyWatch struct {
 	cond *sync.Cond
 }
 
+// watchReady follows Sandboxes until ctx ends. The API server may close a watch at any time (its timeout, or
+// a watcher it finds too slow with 10,000 objects changing): it is then re-listed and watched again from the
+// list's version, so no Ready is missed (one seen in a list is timed at the list).
 func watchReady(b *testing.B, ctx context.Context, c client.WithWatch) *readyWatch {
 	w := &readyWatch{at: map[string]time.Time{}}
 	w.cond = sync.NewCond(&w.mu)
-	wi, err := c.Watch(ctx, &airlockv1.SandboxList{})
+	seen := func(s *airlockv1.Sandbox) {
+		if s.Status.Phase != airlockv1.PhaseReady {
+			return
+		}
+		w.mu.Lock()
+		if _, ok := w.at[s.Namespace+"/"+s.Name]; !ok {
+			w.at[s.Namespace+"/"+s.Name] = time.Now()
+			w.cond.Broadcast()
+		}
+		w.mu.Unlock()
+	}
+	consume := func(wi watch.Interface) {
+		defer wi.Stop()
+		for ev := range wi.ResultChan() {
+			if s, ok := ev.Object.(*airlockv1.Sandbox); ok && ev.Type != watch.Deleted {
+				seen(s)
+			}
+		}
+	}
+	wi, err := c.Watch(ctx, &airlockv1.SandboxList{}) // before anything is created
 	if err != nil {
 		b.Fatal(err)
 	}
 	go func() {
-		defer wi.Stop()
-		for ev := range wi.ResultChan() {
-			s, ok := ev.Object.(*airlockv1.Sandbox)
-			if !ok || ev.Type == watch.Deleted || s.Status.Phase != airlockv1.PhaseReady {
+		consume(wi)
+		for ctx.Err() == nil {
+			var list airlockv1.SandboxList
+			if err := c.List(ctx, &list); err != nil {
+				time.Sleep(time.Second)
 				continue
 			}
-			w.mu.Lock()
-			if _, seen := w.at[s.Namespace+"/"+s.Name]; !seen {
-				w.at[s.Namespace+"/"+s.Name] = time.Now()
-				w.cond.Broadcast()
+			for i := range list.Items {
+				seen(&list.Items[i])
 			}
-			w.mu.Unlock()
+			if wi, err = c.Watch(ctx, &airlockv1.SandboxList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}}); err != nil {
+				time.Sleep(time.Second)
+				continue
+			}
+			consume(wi)
 		}
 	}()
 	return w
