@@ -74,9 +74,9 @@ func TestManagerKilledRepeatedlyLosesNothing(t *testing.T) {
 	type tracked struct {
 		created, deadline, gone time.Time
 		deleting                time.Time // first seen with a deletionTimestamp
-		readyAfter             time.Duration
-		used, running          bool
-		execErr                string
+		readyAfter              time.Duration
+		used, running           bool
+		execErr                 string
 	}
 	boxes := map[string]*tracked{}
 	type execResult struct {
