@@ -1,16 +1,13 @@
 package controller
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +22,7 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/sandbox"
+	"airlock.dev/airlock/internal/testutil/benchstat"
 	"airlock.dev/airlock/internal/testutil/child"
 )
 
@@ -79,8 +77,8 @@ func BenchmarkCreateSandboxes(b *testing.B) {
 			viaSandboxes = append(viaSandboxes, runRound(b, cfg, c, wc, mgr, newNamespace(b, c), n, workers, true))
 			d, s := direct[rep], viaSandboxes[rep]
 			b.Logf("rep %d: direct %s (p50 %s p90 %s, %.2f writes + %.2f other requests per object); sandboxes %s (p50 %s p90 %s, %.2f writes + %.2f other requests per sandbox, manager CPU %s); ratio %.2f; load %s",
-				rep+1, d.total.Round(time.Millisecond), pct(d.latency, 50), pct(d.latency, 90), d.writes, d.reads,
-				s.total.Round(time.Millisecond), pct(s.latency, 50), pct(s.latency, 90), s.writes, s.reads, s.cpu, s.total.Seconds()/d.total.Seconds(), s.load)
+				rep+1, d.total.Round(time.Millisecond), benchstat.Percentile(d.latency, 50), benchstat.Percentile(d.latency, 90), d.writes, d.reads,
+				s.total.Round(time.Millisecond), benchstat.Percentile(s.latency, 50), benchstat.Percentile(s.latency, 90), s.writes, s.reads, s.cpu, s.total.Seconds()/d.total.Seconds(), s.load)
 		}
 	}
 	peak := mgr.peakRSS(b)
@@ -106,31 +104,20 @@ func BenchmarkCreateSandboxes(b *testing.B) {
 	}
 	slices.Sort(ratios)
 	dt, st := totals(direct), totals(viaSandboxes)
-	ratio := pct(st, 50).Seconds() / pct(dt, 50).Seconds()
+	ratio := benchstat.Percentile(st, 50).Seconds() / benchstat.Percentile(dt, 50).Seconds()
 	cpuPer1000 := cpu.Seconds() / float64(len(direct)*n) * 1000
-	b.ReportMetric(pct(dt, 50).Seconds(), "direct-s")
-	b.ReportMetric(pct(st, 50).Seconds(), "sandbox-s")
+	b.ReportMetric(benchstat.Percentile(dt, 50).Seconds(), "direct-s")
+	b.ReportMetric(benchstat.Percentile(st, 50).Seconds(), "sandbox-s")
 	b.ReportMetric(ratio, "ratio")
-	b.ReportMetric(float64(pct(pooled(viaSandboxes), 50).Milliseconds()), "sandbox-p50-ms")
-	b.ReportMetric(float64(pct(pooled(viaSandboxes), 90).Milliseconds()), "sandbox-p90-ms")
+	b.ReportMetric(float64(benchstat.Percentile(pooled(viaSandboxes), 50).Milliseconds()), "sandbox-p50-ms")
+	b.ReportMetric(float64(benchstat.Percentile(pooled(viaSandboxes), 90).Milliseconds()), "sandbox-p90-ms")
 	b.ReportMetric(viaSandboxes[len(viaSandboxes)-1].writes, "writes/sandbox")
 	b.ReportMetric(cpuPer1000, "manager-cpu-s/1000")
 	b.ReportMetric(float64(peak)/(1<<20), "manager-peak-MiB")
 	b.Logf("%d reps of %d: direct total p50 %s (min %s, max %s), per object p50 %s p90 %s; sandboxes total p50 %s (min %s, max %s), per sandbox p50 %s p90 %s; ratio of medians %.2f (per rep %.2f..%.2f); manager CPU %.1f s per 1,000 sandboxes, peak RSS %d MiB",
-		len(direct), n, pct(dt, 50), pct(dt, 0), pct(dt, 100), pct(pooled(direct), 50), pct(pooled(direct), 90),
-		pct(st, 50), pct(st, 0), pct(st, 100), pct(pooled(viaSandboxes), 50), pct(pooled(viaSandboxes), 90),
+		len(direct), n, benchstat.Percentile(dt, 50), benchstat.Percentile(dt, 0), benchstat.Percentile(dt, 100), benchstat.Percentile(pooled(direct), 50), benchstat.Percentile(pooled(direct), 90),
+		benchstat.Percentile(st, 50), benchstat.Percentile(st, 0), benchstat.Percentile(st, 100), benchstat.Percentile(pooled(viaSandboxes), 50), benchstat.Percentile(pooled(viaSandboxes), 90),
 		ratio, ratios[0], ratios[len(ratios)-1], cpuPer1000, peak>>20)
-}
-
-// pct is the p-th percentile (nearest rank) of ds, rounded for printing.
-func pct(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := min(max((p*len(s)+99)/100-1, 0), len(s)-1)
-	return s[i].Round(time.Millisecond)
 }
 
 // runRound creates n objects in ns with the given concurrency, directly (a policy then a pod, as the
@@ -176,10 +163,8 @@ func runRound(b *testing.B, cfg *rest.Config, c client.Client, wc client.WithWat
 	}
 	time.Sleep(2 * time.Second) // writes that trail "done" (e.g. a second status write) count too
 	after := apiRequests(b, cfg)
-	r.writes, r.reads = (after.writes-before.writes)/float64(n), (after.other-before.other)/float64(n)
-	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
-		r.load = strings.Join(strings.Fields(string(la))[:3], " ")
-	}
+	r.writes, r.reads = (after.Writes-before.Writes)/float64(n), (after.Other-before.Other)/float64(n)
+	r.load = benchstat.LoadAvg()
 	deleteRound(b, c, ns, viaSandboxes)
 	return r
 }
@@ -297,49 +282,14 @@ func deleteRound(b *testing.B, c client.Client, ns string, viaSandboxes bool) {
 	}
 }
 
-type requestCounts struct{ writes, other float64 }
-
-// apiRequests sums the API server's apiserver_request_total by kind of verb.
-func apiRequests(b *testing.B, cfg *rest.Config) requestCounts {
+// apiRequests reads the API server's request counters.
+func apiRequests(b *testing.B, cfg *rest.Config) benchstat.Requests {
 	b.Helper()
-	hc, err := rest.HTTPClientFor(cfg)
+	r, err := benchstat.APIRequests(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	resp, err := hc.Get(strings.TrimSuffix(cfg.Host, "/") + "/metrics")
-	if err != nil {
-		b.Fatalf("API server metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		b.Fatalf("API server metrics: %s: %s", resp.Status, body)
-	}
-	var rc requestCounts
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		switch {
-		case strings.Contains(line, `verb="POST"`), strings.Contains(line, `verb="PUT"`), strings.Contains(line, `verb="PATCH"`),
-			strings.Contains(line, `verb="APPLY"`), strings.Contains(line, `verb="DELETE"`):
-			rc.writes += v
-		default:
-			rc.other += v
-		}
-	}
-	if err := sc.Err(); err != nil {
-		b.Fatalf("reading API server metrics: %v", err)
-	}
-	return rc
+	return r
 }
 
 func parallel(b *testing.B, n, workers int, f func(i int) error) {
@@ -408,37 +358,20 @@ func startManagerProcess(b *testing.B) *managerProcess {
 	return &managerProcess{cmd: cmd}
 }
 
-// peakRSS reads the process's high-water resident set size (VmHWM) from /proc.
+// peakRSS is the manager's high-water resident set size (VmHWM).
 func (m *managerProcess) peakRSS(b *testing.B) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid))
+	v, err := benchstat.PeakRSS(m.cmd.Process.Pid)
 	if err != nil {
-		b.Fatalf("reading manager status: %v", err)
+		b.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmHWM in /proc status")
-	return 0
+	return v
 }
 
-// cpuTime is the process's user + system CPU time so far (/proc/PID/stat, in clock ticks of 10 ms).
+// cpuTime is the manager's user + system CPU time so far.
 func (m *managerProcess) cpuTime(b *testing.B) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.cmd.Process.Pid))
+	v, err := benchstat.CPUTime(m.cmd.Process.Pid)
 	if err != nil {
-		b.Fatalf("reading manager stat: %v", err)
+		b.Fatal(err)
 	}
-	// The command name may hold spaces: the fields after it start at the last ')'.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(f) < 13 {
-		b.Fatalf("short /proc stat: %q", data)
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		b.Fatalf("parsing /proc stat %q", data)
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return v
 }

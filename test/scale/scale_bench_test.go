@@ -3,7 +3,6 @@
 package scale
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -38,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/testutil/benchstat"
 	"airlock.dev/airlock/internal/testutil/child"
 )
 
@@ -158,7 +158,7 @@ leaderElection: {leaderElect: false}
 			"steady-state reconcile p99 %s over %d reconciles; one more Sandbox Ready in %s with %d existing; all deleted in %s, nothing left; load %s",
 			n, tenants, nodes, r.createsPerSec, r.allReady.Round(time.Millisecond), r.readyP50, r.readyP99,
 			mgr.peakRSS(b)>>20, r.cpu.Round(100*time.Millisecond), r.cpu.Seconds()/float64(n)*1000, r.requestsPerSandbox, r.writesPerSandbox,
-			r.reconcileP99, r.steadyReconciles, r.oneMore.Round(time.Millisecond), n, r.deleteAll.Round(time.Millisecond), loadavg())
+			r.reconcileP99, r.steadyReconciles, r.oneMore.Round(time.Millisecond), n, r.deleteAll.Round(time.Millisecond), benchstat.LoadAvg())
 	}
 }
 
@@ -188,10 +188,10 @@ func runScale(b *testing.B, ctx context.Context, c client.WithWatch, cfg *rest.C
 		lat = append(lat, at.Sub(created[i]))
 		r.allReady = max(r.allReady, at.Sub(begin))
 	}
-	r.readyP50, r.readyP99 = percentile(lat, 50), percentile(lat, 99)
+	r.readyP50, r.readyP99 = benchstat.Percentile(lat, 50), benchstat.Percentile(lat, 99)
 	reqAfter := apiRequests(b, cfg)
-	r.requestsPerSandbox = (reqAfter.writes + reqAfter.other - reqBefore.writes - reqBefore.other) / float64(n)
-	r.writesPerSandbox = (reqAfter.writes - reqBefore.writes) / float64(n)
+	r.requestsPerSandbox = (reqAfter.Writes + reqAfter.Other - reqBefore.Writes - reqBefore.Other) / float64(n)
+	r.writesPerSandbox = (reqAfter.Writes - reqBefore.Writes) / float64(n)
 	r.cpu = mgr.cpuTime(b) - cpuBefore
 
 	// Steady state: nothing changes for 30 s, then one more sandbox.
@@ -460,40 +460,12 @@ func (h histogram) quantile(q float64) (time.Duration, int) {
 	return 0, int(total)
 }
 
-type requestCounts struct{ writes, other float64 }
-
-// apiRequests sums the API server's apiserver_request_total by kind of verb (watches counted once each).
-func apiRequests(b *testing.B, cfg *rest.Config) requestCounts {
-	hc, err := rest.HTTPClientFor(cfg)
+func apiRequests(b *testing.B, cfg *rest.Config) benchstat.Requests {
+	r, err := benchstat.APIRequests(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	resp, err := hc.Get(strings.TrimSuffix(cfg.Host, "/") + "/metrics")
-	if err != nil {
-		b.Fatalf("API server metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	var rc requestCounts
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			continue
-		}
-		switch {
-		case strings.Contains(line, `verb="POST"`), strings.Contains(line, `verb="PUT"`), strings.Contains(line, `verb="PATCH"`),
-			strings.Contains(line, `verb="APPLY"`), strings.Contains(line, `verb="DELETE"`):
-			rc.writes += v
-		default:
-			rc.other += v
-		}
-	}
-	return rc
+	return r
 }
 
 // process is a child of the test: it dies with it, its output goes to a log in the test's temp dir.
@@ -531,28 +503,19 @@ func start(b *testing.B, dir, name, bin string, args ...string) *process {
 }
 
 func (p *process) peakRSS(b *testing.B) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	v, err := benchstat.PeakRSS(p.cmd.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return v
 }
 
 func (p *process) cpuTime(b *testing.B) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	v, err := benchstat.CPUTime(p.cmd.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return v
 }
 
 func parallel(b *testing.B, n, workers int, f func(i int) error) {
@@ -581,16 +544,6 @@ func parallel(b *testing.B, n, workers int, f func(i int) error) {
 	}
 }
 
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
-}
-
 func freeAddr(b *testing.B) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -598,14 +551,6 @@ func freeAddr(b *testing.B) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	return strings.Join(strings.Fields(string(data))[:3], " ")
 }
 
 func tail(s string, n int) string {
