@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +21,8 @@ import (
 
 	airlockexec "airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/runwrap"
+
+	"airlock.dev/airlock/internal/testutil/benchstat"
 )
 
 // BenchmarkExecTrue is the cost of `true` in one gVisor sandbox, one call at a time, and where it goes. Each
@@ -95,7 +96,7 @@ func BenchmarkExecTrue(b *testing.B) {
 		b.ReportMetric(ms(st["gateway"].p90)/ms(base.p90), "gateway/client-go-p90")
 		b.Logf("breakdown (p50): go start vs C %+.1f ms, hand-off to PID 1 %+.1f ms, keeper+command+trailer %+.1f ms, HTTP layer %+.1f ms; load %s",
 			ms(st["go-start"].p50-base.p50), ms(st["handoff"].p50-st["go-start"].p50),
-			ms(st["engine"].p50-st["handoff"].p50), ms(st["gateway"].p50-st["engine"].p50), loadavg())
+			ms(st["engine"].p50-st["handoff"].p50), ms(st["gateway"].p50-st["engine"].p50), benchstat.LoadAvg())
 
 		if len(timings) > 0 {
 			p50 := func(f func(runwrap.Timings) int64) float64 {
@@ -167,19 +168,6 @@ func interleave(b *testing.B, rounds int, ways []way) map[string]stats {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// loadavg is the machine's load average, for the benchmark's log.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
 
 func envInt(name string, def int) int {
 	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {

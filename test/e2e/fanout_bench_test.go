@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"airlock.dev/airlock/internal/testutil/benchstat"
 )
 
 // BenchmarkExecFanout is fan-out throughput: M `true` commands spread over 4 sandboxes in 4 tenants (so no
@@ -139,7 +141,7 @@ func BenchmarkExecFanout(b *testing.B) {
 			ratio := res["gateway"].rates[len(res["gateway"].rates)/2] / res["client-go"].rates[len(res["client-go"].rates)/2]
 			b.ReportMetric(ratio, fmt.Sprintf("gateway/client-go-c%d", c))
 			now, peak := g.rss(b)
-			b.Logf("c=%-2d throughput gateway/client-go %.2f; gateway RSS %d MiB (peak %d MiB); load %s", c, ratio, now>>20, peak>>20, loadavg())
+			b.Logf("c=%-2d throughput gateway/client-go %.2f; gateway RSS %d MiB (peak %d MiB); load %s", c, ratio, now>>20, peak>>20, benchstat.LoadAvg())
 		}
 		for _, t := range targets {
 			g.call(b, t.key, "DELETE", "/v1/sandboxes/"+t.id, nil)

@@ -21,6 +21,7 @@ import (
 	airlockexec "airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/runwrap"
 	"airlock.dev/airlock/internal/sandbox"
+	"airlock.dev/airlock/internal/testutil/benchstat"
 )
 
 // TestManagerKilledRepeatedlyLosesNothing SIGKILLs the manager every 2–4 s (and restarts it at once) while 30
@@ -198,8 +199,8 @@ func TestManagerKilledRepeatedlyLosesNothing(t *testing.T) {
 		}
 	}
 	t.Logf("%d manager kills; %d sandboxes; Ready after p50 %s, max %s; gone after their expiry: p50 %s, max %s (deleting after p50 %s, max %s; then gone after p50 %s, max %s)",
-		kills, n, percentile(ready, 50), percentile(ready, 100), percentile(late, 50), percentile(late, 100),
-		percentile(expiring, 50), percentile(expiring, 100), percentile(finalizing, 50), percentile(finalizing, 100))
+		kills, n, benchstat.Percentile(ready, 50), benchstat.Percentile(ready, 100), benchstat.Percentile(late, 50), benchstat.Percentile(late, 100),
+		benchstat.Percentile(expiring, 50), benchstat.Percentile(expiring, 100), benchstat.Percentile(finalizing, 50), benchstat.Percentile(finalizing, 100))
 	if kills < 20 {
 		problem("only %d manager kills: the test did not test much", kills)
 	}

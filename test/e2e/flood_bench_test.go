@@ -13,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"airlock.dev/airlock/internal/testutil/benchstat"
 )
 
 // BenchmarkCreateReadyUnderExecFlood asks whether an exec flood through the gateway slows the control plane:
@@ -48,7 +50,7 @@ func BenchmarkCreateReadyUnderExecFlood(b *testing.B) {
 			took, _ := sandboxReady(b, ns, name, "gvisor")
 			*ready = append(*ready, took)
 			stop()
-			*load = append(*load, strings.Fields(loadavg())[0])
+			*load = append(*load, strings.Fields(benchstat.LoadAvg())[0])
 		}
 		for i := range rounds {
 			measure(fmt.Sprintf("quiet-%d", i), &quiet, &quietAPI, &quietLoad)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/testutil/benchstat"
 )
 
 // BenchmarkWarmStart measures warm starts from a SandboxPool against cold starts in the same run, rounds
@@ -76,14 +76,14 @@ func BenchmarkWarmStart(b *testing.B) {
 					name       string
 					warm, cold []time.Duration
 				}{{"cr", warmCR, coldCR}, {"gateway", warmGW, coldGW}} {
-					w, c := percentile(s.warm, 50), percentile(s.cold, 50)
+					w, c := benchstat.Percentile(s.warm, 50), benchstat.Percentile(s.cold, 50)
 					b.ReportMetric(float64(w.Milliseconds()), s.name+"-warm-p50-ms")
-					b.ReportMetric(float64(percentile(s.warm, 90).Milliseconds()), s.name+"-warm-p90-ms")
+					b.ReportMetric(float64(benchstat.Percentile(s.warm, 90).Milliseconds()), s.name+"-warm-p90-ms")
 					b.ReportMetric(float64(c.Milliseconds()), s.name+"-cold-p50-ms")
 					b.ReportMetric(w.Seconds()/c.Seconds(), s.name+"-warm/cold")
 					b.Logf("parallelism %d, %s: warm p50 %s p90 %s (%s–%s, %d); cold p50 %s p90 %s (%s–%s, %d); warm/cold %.3f",
-						par, s.name, w, percentile(s.warm, 90), percentile(s.warm, 0), percentile(s.warm, 100), len(s.warm),
-						c, percentile(s.cold, 90), percentile(s.cold, 0), percentile(s.cold, 100), len(s.cold), w.Seconds()/c.Seconds())
+						par, s.name, w, benchstat.Percentile(s.warm, 90), benchstat.Percentile(s.warm, 0), benchstat.Percentile(s.warm, 100), len(s.warm),
+						c, benchstat.Percentile(s.cold, 90), benchstat.Percentile(s.cold, 0), benchstat.Percentile(s.cold, 100), len(s.cold), w.Seconds()/c.Seconds())
 				}
 				b.ReportMetric(float64(notWarm), "warm-misses")
 				b.Logf("parallelism %d: %d of %d warm attempts were not warm", par, notWarm, len(warmCR)+len(warmGW))
@@ -218,15 +218,4 @@ func deleteAllAndWait(b *testing.B, ns string) {
 		}
 		return nil
 	})
-}
-
-// percentile is the p-th percentile (nearest rank) of d: 0 the minimum, 100 the maximum.
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
 }

@@ -17,6 +17,7 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/sandbox"
+	"airlock.dev/airlock/internal/testutil/benchstat"
 )
 
 // BenchmarkColdReady compares a cold Sandbox, from create to Ready, with a bare pod of the same image, runtime,
@@ -45,8 +46,8 @@ func BenchmarkColdReady(b *testing.B) {
 						phases[k] = append(phases[k], v)
 					}
 				}
-				p50, s50 := percentile(pods, 50), percentile(sandboxes, 50)
-				p90, s90 := percentile(pods, 90), percentile(sandboxes, 90)
+				p50, s50 := benchstat.Percentile(pods, 50), benchstat.Percentile(sandboxes, 50)
+				p90, s90 := benchstat.Percentile(pods, 90), benchstat.Percentile(sandboxes, 90)
 				b.ReportMetric(p50.Seconds(), "pod-ready-p50-s")
 				b.ReportMetric(s50.Seconds(), "sandbox-ready-p50-s")
 				b.ReportMetric(s50.Seconds()/p50.Seconds(), "ratio-p50")
@@ -54,12 +55,12 @@ func BenchmarkColdReady(b *testing.B) {
 				var marks []string
 				for _, k := range sandboxPhases {
 					if v := phases[k]; len(v) > 0 {
-						marks = append(marks, fmt.Sprintf("%s p50 %s p90 %s", k, percentile(v, 50), percentile(v, 90)))
+						marks = append(marks, fmt.Sprintf("%s p50 %s p90 %s", k, benchstat.Percentile(v, 50), benchstat.Percentile(v, 90)))
 					}
 				}
 				b.Logf("%s, %d rounds each: bare pod to Ready p50 %s p90 %s (min %s max %s); Sandbox to Ready p50 %s p90 %s (min %s max %s); ratio p50 %.2f p90 %.2f; load %s",
-					rc, rounds, p50, p90, percentile(pods, 0), percentile(pods, 100), s50, s90, percentile(sandboxes, 0), percentile(sandboxes, 100),
-					s50.Seconds()/p50.Seconds(), s90.Seconds()/p90.Seconds(), loadavg())
+					rc, rounds, p50, p90, benchstat.Percentile(pods, 0), benchstat.Percentile(pods, 100), s50, s90, benchstat.Percentile(sandboxes, 0), benchstat.Percentile(sandboxes, 100),
+					s50.Seconds()/p50.Seconds(), s90.Seconds()/p90.Seconds(), benchstat.LoadAvg())
 				b.Logf("%s Sandbox, from its create: %s", rc, strings.Join(marks, "; "))
 			}
 		})
