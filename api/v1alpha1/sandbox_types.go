@@ -162,12 +162,12 @@ type SandboxStatus struct {
 	RuntimeHandler string `json:"runtimeHandler,omitempty"`
 
 	// Isolation is how the pod is really isolated from the node, proven from inside the pod before any
-	// command ran: gvisor (gVisor's marker file was present), kata (a kernel other than the node's: a VM) or
+	// command ran: gvisor (gVisor's marker file was present), kata (a kernel none of the nodes runs: a VM) or
 	// none (the node's own kernel). Empty until proven.
 	// +optional
 	Isolation Isolation `json:"isolation,omitempty"`
 
-	// IsolationEvidence is what the pod's init container saw, which status.isolation and the
+	// IsolationEvidence is what the pod's PID 1 proved, which status.isolation and the
 	// NetworkIsolated condition are derived from.
 	// +optional
 	IsolationEvidence *IsolationEvidence `json:"isolationEvidence,omitempty"`
@@ -235,30 +235,25 @@ type Isolation string
 const (
 	// IsolationGVisor is gVisor's user-space kernel, proven by its /proc/gvisor/kernel_is_gvisor marker.
 	IsolationGVisor Isolation = "gvisor"
-	// IsolationKata is a kernel other than the node's: a lightweight VM such as Kata Containers.
+	// IsolationKata is a kernel none of the nodes runs: a lightweight VM such as Kata Containers.
 	IsolationKata Isolation = "kata"
 	// IsolationNone is the node's own kernel: namespaces and cgroups only, not a boundary for hostile code.
 	IsolationNone Isolation = "none"
 )
 
-// IsolationEvidence is what airlock-init saw from inside the pod, under the pod's runtime, before any command
-// ran, next to what the node reports.
+// IsolationEvidence is what the sandbox's PID 1 (airlock-init) proved from inside the pod, under the pod's
+// runtime, before any command ran, next to what the node reports. The pod's readiness probe passes only then.
 type IsolationEvidence struct {
-	// Kernel is the kernel release inside the pod (uname -r).
+	// Proven is the runtime's isolation as proven from inside: gvisor by gVisor's marker file
+	// /proc/gvisor/kernel_is_gvisor, kata (a VM) by a kernel that none of the nodes runs, none when the
+	// RuntimeClass promises none (nothing to prove).
 	// +optional
-	Kernel string `json:"kernel,omitempty"`
-	// NodeKernel is the node's kernel (status.nodeInfo.kernelVersion); equal to Kernel means no VM.
+	Proven Isolation `json:"proven,omitempty"`
+	// NodeKernel is the kernel of the pod's node (status.nodeInfo.kernelVersion).
 	// +optional
 	NodeKernel string `json:"nodeKernel,omitempty"`
-	// GVisorMarker is true when gVisor's marker file /proc/gvisor/kernel_is_gvisor was present.
-	// +optional
-	GVisorMarker bool `json:"gvisorMarker,omitempty"`
-	// Gate is how the network gate saw its target blocked: refused (a reject), timeout (a drop) or
-	// prohibited (an ICMP host/admin-prohibited reject).
-	// +optional
-	Gate string `json:"gate,omitempty"`
-	// GateTarget is the address the gate probed: one known to listen (the node's kubelet port, from the
-	// Node's status, unless the operator set --gate-target).
+	// GateTarget is the address the network gate found blocked: one known to listen (the node's kubelet
+	// port, from the Node's status, unless the operator set --gate-target).
 	// +optional
 	GateTarget string `json:"gateTarget,omitempty"`
 	// ProxyTarget is the egress proxy address the gate reached once GateTarget was blocked: the positive

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/sandbox"
@@ -41,19 +42,20 @@ func TestIntegrationUnisolatedAllowedSaysNone(t *testing.T) {
 	ns := newNamespace(t, c)
 	g.Expect(c.Create(ctx, makeSandbox(ns, "plain").image("busybox").runtime("runc").obj())).To(Succeed())
 	pod, _ := getPodAndPolicy(t, c, ns, "plain")
-	g.Expect(pod.Spec.InitContainers[0].Args).To(ContainElement("--gate-port=10250"), "the kubelet port from the Node's status")
-	markPodRunningWith(t, c, pod, 0, "airlock-verdict/1 kernel="+envNodeKernel+" gvisor-marker=no gate=refused target=10.123.0.1:10250 took=5ms")
+	g.Expect(pod.Spec.Containers[0].Command).To(ContainElements("--gate-port=10250", "--expect-isolation=none"), "the kubelet port from the Node's status")
+	markPodRunning(t, c, pod, 0)
 	g.Eventually(func(g Gomega) {
 		s := getSandbox(t, c, ns, "plain")
 		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("True/" + ReasonReady))
 		g.Expect(s.Status.Isolation).To(Equal(airlockv1.IsolationNone))
 		g.Expect(s.Status.RuntimeHandler).To(Equal("runc"))
-		g.Expect(s.Status.IsolationEvidence).To(Equal(&airlockv1.IsolationEvidence{Kernel: envNodeKernel, NodeKernel: envNodeKernel,
-			Gate: "refused", GateTarget: "10.123.0.1:10250"}))
+		g.Expect(s.Status.IsolationEvidence).To(Equal(&airlockv1.IsolationEvidence{Proven: airlockv1.IsolationNone, NodeKernel: envNodeKernel,
+			GateTarget: "10.123.0.1:10250"}))
 	}).WithTimeout(waitLong).Should(Succeed())
 }
 
-// A kata-handler class is isolating: accepted, and proven by a kernel other than the node's.
+// A kata-handler class is isolating: accepted, and proven by a kernel that none of the nodes runs, which PID 1
+// is told to check.
 func TestIntegrationKataHandlerIsIsolating(t *testing.T) {
 	_, c := startEnv(t)
 	startManager(t, managerOptions{})
@@ -61,7 +63,8 @@ func TestIntegrationKataHandlerIsIsolating(t *testing.T) {
 	ns := newNamespace(t, c)
 	g.Expect(c.Create(ctx, makeSandbox(ns, "vm").image("busybox").runtime("kata").obj())).To(Succeed())
 	pod, _ := getPodAndPolicy(t, c, ns, "vm")
-	markPodRunningWith(t, c, pod, 0, "airlock-verdict/1 kernel=6.12.0-kata gvisor-marker=no gate=timeout target=10.123.0.1:10250 took=150ms")
+	g.Expect(pod.Spec.Containers[0].Command).To(ContainElements("--expect-isolation=vm", "--host-kernel="+envNodeKernel))
+	markPodRunning(t, c, pod, 0)
 	g.Eventually(func(g Gomega) {
 		s := getSandbox(t, c, ns, "vm")
 		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("True/" + ReasonReady))
@@ -69,8 +72,8 @@ func TestIntegrationKataHandlerIsIsolating(t *testing.T) {
 	}).WithTimeout(waitLong).Should(Succeed())
 }
 
-// The runtime is judged by what the pod saw: a runsc sandbox on the node's own kernel fails, and a gate that
-// probed an address not known to listen proves nothing.
+// The runtime is judged by what the pod proved: a runsc sandbox whose PID 1 found no gVisor marker fails with
+// RuntimeMismatch, and a gate that probed a port its node's kubelet does not listen on proves nothing.
 func TestIntegrationRuntimeEvidenceIsChecked(t *testing.T) {
 	_, c := startEnv(t)
 	startManager(t, managerOptions{})
@@ -89,17 +92,28 @@ func TestIntegrationRuntimeEvidenceIsChecked(t *testing.T) {
 
 	g.Expect(c.Create(ctx, makeSandbox(ns, "host").image("busybox").obj())).To(Succeed())
 	pod, _ = getPodAndPolicy(t, c, ns, "host")
-	markPodRunningWith(t, c, pod, 0, "airlock-verdict/1 kernel="+envNodeKernel+" gvisor-marker=no gate=refused target=10.123.0.1:10250 took=5ms")
+	g.Expect(pod.Spec.Containers[0].Command).To(ContainElement("--expect-isolation=gvisor"))
+	markPodOn(t, c, pod, envNode, 1, sandbox.RuntimeMismatchPrefix+"the RuntimeClass should give gVisor isolation, but ...")
 	g.Eventually(func(g Gomega) {
 		s := getSandbox(t, c, ns, "host")
 		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonRuntimeMismatch))
+		g.Expect(condition(s, airlockv1.ConditionNetworkIsolated)).To(Equal("False/" + ReasonRuntimeMismatch))
 		g.Expect(s.Status.Phase).To(Equal(airlockv1.PhaseFailed))
-		g.Expect(s.Status.Isolation).To(Equal(airlockv1.IsolationNone))
+		g.Expect(s.Status.Isolation).To(BeEmpty())
 	}).WithTimeout(waitLong).Should(Succeed())
+
+	// A node whose kubelet listens elsewhere than the port the pod's gate probed.
+	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "other-node"}}
+	g.Expect(c.Create(ctx, other)).To(Succeed())
+	t.Cleanup(func() { _ = c.Delete(context.Background(), other) })
+	other.Status.NodeInfo.KernelVersion = envNodeKernel
+	other.Status.DaemonEndpoints.KubeletEndpoint.Port = 10255
+	g.Expect(c.Status().Update(ctx, other)).To(Succeed())
 
 	g.Expect(c.Create(ctx, makeSandbox(ns, "elsewhere").image("busybox").obj())).To(Succeed())
 	pod, _ = getPodAndPolicy(t, c, ns, "elsewhere")
-	markPodRunningWith(t, c, pod, 0, "airlock-verdict/1 kernel=4.4.0 gvisor-marker=yes gate=refused target=10.123.0.1:9 took=5ms")
+	g.Expect(pod.Spec.Containers[0].Command).To(ContainElement("--gate-port=10250"))
+	markPodOn(t, c, pod, other.Name, 0, "")
 	g.Eventually(func(g Gomega) {
 		s := getSandbox(t, c, ns, "elsewhere")
 		g.Expect(condition(s, airlockv1.ConditionNetworkIsolated)).To(Equal("False/" + ReasonGateUnproven))

@@ -64,11 +64,10 @@ func classifyMember(pod *corev1.Pod, policy *networkingv1.NetworkPolicy, policie
 	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
 		return unusable("its pod stopped: %s", stopReason(pod))
 	}
-	if g := gateState(pod, nil, nil); g.reason == ReasonGateFailed {
+	if g := gateState(pod, nil, nil); g.reason == ReasonGateFailed || g.reason == ReasonRuntimeMismatch {
 		return unusable("%s", g.message)
 	}
-	verdict, passed := gateExited(pod)
-	running := passed && pod.Status.Phase == corev1.PodRunning && containerRunning(pod)
+	running := gatePassed(pod) && pod.Status.Phase == corev1.PodRunning && containerRunning(pod)
 	if !running && !w.startDeadline.IsZero() && pod.CreationTimestamp.Time.Before(w.startDeadline) {
 		return unusable("not ready in time: %s", podProblem(pod))
 	}
@@ -89,7 +88,7 @@ func classifyMember(pod *corev1.Pod, policy *networkingv1.NetworkPolicy, policie
 	if !running {
 		return m
 	}
-	ev, err := buildEvidence(verdict, pod, node, w.gateTarget)
+	ev, err := buildEvidence(pod, node, w.gateTarget)
 	if err != nil {
 		return unusable("its network gate passed but proves nothing: %v", err)
 	}
@@ -97,8 +96,7 @@ func classifyMember(pod *corev1.Pod, policy *networkingv1.NetworkPolicy, policie
 	if m.stale {
 		handler = "" // an older member's handler is not known; it is never claimed, only counted for the floor
 	}
-	observed := sandbox.ObservedIsolation(ev.Kernel, ev.GVisorMarker, ev.NodeKernel)
-	if b := runtimeBlocker(handler, observed, ev, w.defaults); b != nil {
+	if b := runtimeBlocker(handler, ev, w.defaults); b != nil {
 		return unusable("%s", b.message)
 	}
 	m.kind = memberReady

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,7 +94,7 @@ func (r *PoolReconciler) resolveMember(ctx context.Context, pool *airlockv1.Sand
 		}
 		res.EgressProxy = p
 	}
-	opts, err := gatedPodOptions(ctx, r.Client, r.Pod)
+	opts, err := gatedPodOptions(ctx, r.Client, r.Pod, r.Defaults, rc.Handler)
 	if err != nil {
 		return err
 	}
@@ -104,22 +105,31 @@ func (r *PoolReconciler) resolveMember(ctx context.Context, pool *airlockv1.Sand
 	return nil
 }
 
-// gatedPodOptions are the pod options with the gate port the Nodes report for their kubelet, as the Sandbox
-// reconciler builds pods: a member and a Sandbox's own pod must come out the same.
-func gatedPodOptions(ctx context.Context, c client.Reader, o sandbox.PodOptions) (sandbox.PodOptions, error) {
-	if o.GateTarget != "" {
+// gatedPodOptions are the pod options for a pod under this RuntimeClass handler, as the Sandbox reconciler and
+// the pool build pods (a member and a Sandbox's own pod must come out the same): the gate port the Nodes report
+// for their kubelet, the isolation the handler promises, and for a VM the nodes' kernels, none of which the
+// pod's may be.
+func gatedPodOptions(ctx context.Context, c client.Reader, o sandbox.PodOptions, d sandbox.Defaults, handler string) (sandbox.PodOptions, error) {
+	o.Isolation = d.ExpectedIsolation(handler)
+	if o.GateTarget != "" && o.Isolation != airlockv1.IsolationKata {
 		return o, nil
 	}
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes); err != nil {
-		return o, fmt.Errorf("listing nodes for the kubelet port: %w", err)
+		return o, fmt.Errorf("listing nodes for the kubelet port and kernels: %w", err)
 	}
+	o.HostKernels = nil
+	portFound := o.GateTarget != ""
 	for i := range nodes.Items {
-		if p := nodes.Items[i].Status.DaemonEndpoints.KubeletEndpoint.Port; p != 0 {
-			o.GatePort = p
-			break
+		st := &nodes.Items[i].Status
+		if p := st.DaemonEndpoints.KubeletEndpoint.Port; p != 0 && !portFound {
+			o.GatePort, portFound = p, true
+		}
+		if k := st.NodeInfo.KernelVersion; o.Isolation == airlockv1.IsolationKata && k != "" && !slices.Contains(o.HostKernels, k) {
+			o.HostKernels = append(o.HostKernels, k)
 		}
 	}
+	slices.Sort(o.HostKernels)
 	return o, nil
 }
 

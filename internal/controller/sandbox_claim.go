@@ -169,7 +169,7 @@ func (c *PoolClaimer) wantFor(ctx context.Context, sbx *airlockv1.Sandbox, pool 
 		return nil, nil //nolint:nilerr // resolve already reported the sandbox's own problem
 	}
 	shape.RuntimeHandler, shape.EgressProxy = res.RuntimeHandler, res.EgressProxy
-	opts, err := gatedPodOptions(ctx, c.Client, c.Pod)
+	opts, err := gatedPodOptions(ctx, c.Client, c.Pod, c.Defaults, res.RuntimeHandler)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +275,7 @@ func (c *PoolClaimer) take(ctx context.Context, sbx *airlockv1.Sandbox, pod *cor
 // stillUnclaimed tells whether a member read again is the one judged ready from the cache, still the pool's and
 // still running.
 func stillUnclaimed(fresh, judged *corev1.Pod) bool {
-	_, passed := gateExited(fresh)
+	passed := gatePassed(fresh)
 	was, is := metav1.GetControllerOf(judged), metav1.GetControllerOf(fresh)
 	return fresh.UID == judged.UID && fresh.DeletionTimestamp == nil && was != nil && is != nil && was.UID == is.UID &&
 		fresh.Labels[sandbox.LabelPool] == judged.Labels[sandbox.LabelPool] && fresh.Labels[sandbox.LabelPool] != "" &&

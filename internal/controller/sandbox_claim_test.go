@@ -29,9 +29,7 @@ func TestTakeRetriesAStaleCopyOnlyWhileUnclaimed(t *testing.T) {
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: airlockv1.GroupVersion.String(), Kind: "SandboxPool",
 					Name: "p", UID: pool.UID, Controller: ptr.To(true)}}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning,
-				InitContainerStatuses: []corev1.ContainerStatus{{Name: sandbox.InitContainerName,
-					State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}}},
-				ContainerStatuses: []corev1.ContainerStatus{{Name: sandbox.ContainerName,
+				ContainerStatuses: []corev1.ContainerStatus{{Name: sandbox.ContainerName, Ready: true,
 					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
 		}
 	}

@@ -35,10 +35,6 @@ func getPodAndPolicy(t *testing.T, c client.Client, ns, name string) (*corev1.Po
 	return pod, np
 }
 
-// gvisorVerdict is what airlock-init setup leaves under gVisor on the envtest node (see startEnv).
-const gvisorVerdict = "airlock-verdict/1 kernel=4.4.0 gvisor-marker=yes gate=refused target=10.123.0.1:10250 took=5ms"
-
-// markPodRunning plays the kubelet's part (envtest runs none): the init container (network gate) exited with
 // createReady creates s, waits for its pod and policy, plays the kubelet's part (the pod runs, the gate passed)
 // and waits until the sandbox is Ready.
 func createReady(t *testing.T, c client.Client, s *airlockv1.Sandbox) *corev1.Pod {
@@ -52,24 +48,26 @@ func createReady(t *testing.T, c client.Client, s *airlockv1.Sandbox) *corev1.Po
 	return pod
 }
 
-// gateExit and the sandbox container runs, under gVisor.
+// markPodRunning plays the kubelet's part (envtest runs none) on envNode: with gateExit 0 the sandbox container
+// runs and its readiness probe (PID 1's gate) passed; otherwise PID 1 failed its gate: the container ended with
+// that exit code and a message in its termination log, and the pod failed.
 func markPodRunning(t *testing.T, c client.Client, pod *corev1.Pod, gateExit int32) {
 	t.Helper()
-	msg := "gate said so"
-	if gateExit == 0 {
-		msg = gvisorVerdict
+	msg := ""
+	if gateExit != 0 {
+		msg = "gate said so"
 	}
-	markPodRunningWith(t, c, pod, gateExit, msg)
+	markPodOn(t, c, pod, envNode, gateExit, msg)
 }
 
-// markPodRunningWith binds the pod to the envtest node (the scheduler's part) and sets its status, with msg as
-// the init container's termination message.
-func markPodRunningWith(t *testing.T, c client.Client, pod *corev1.Pod, gateExit int32, msg string) {
+// markPodOn binds the pod to node (the scheduler's part) and sets its status as markPodRunning does, with msg as
+// the termination message of a failed gate.
+func markPodOn(t *testing.T, c client.Client, pod *corev1.Pod, node string, gateExit int32, msg string) {
 	t.Helper()
 	ctx := context.Background()
 	if pod.Spec.NodeName == "" {
 		binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-			Target: corev1.ObjectReference{Kind: "Node", Name: envNode}}
+			Target: corev1.ObjectReference{Kind: "Node", Name: node}}
 		if err := c.SubResource("binding").Create(ctx, pod, binding); err != nil {
 			t.Fatalf("binding pod: %v", err)
 		}
@@ -79,15 +77,15 @@ func markPodRunningWith(t *testing.T, c client.Client, pod *corev1.Pod, gateExit
 		finishDeletion(t, c, pod)
 	}
 	now := metav1.Now()
-	pod.Status = corev1.PodStatus{
-		Phase:  corev1.PodRunning,
-		PodIP:  "10.244.0.9",
-		HostIP: "10.123.0.1",
-		InitContainerStatuses: []corev1.ContainerStatus{{Name: sandbox.InitContainerName,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: gateExit, Message: msg}}}},
-		ContainerStatuses: []corev1.ContainerStatus{{Name: sandbox.ContainerName,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}},
+	status := corev1.ContainerStatus{Name: sandbox.ContainerName, Ready: true,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}
+	phase := corev1.PodRunning
+	if gateExit != 0 {
+		phase = corev1.PodFailed
+		status = corev1.ContainerStatus{Name: sandbox.ContainerName,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: gateExit, Reason: "Error", Message: msg}}}
 	}
+	pod.Status = corev1.PodStatus{Phase: phase, PodIP: "10.244.0.9", HostIP: "10.123.0.1", ContainerStatuses: []corev1.ContainerStatus{status}}
 	if err := c.Status().Update(ctx, pod); err != nil {
 		t.Fatalf("updating pod status: %v", err)
 	}
@@ -166,7 +164,10 @@ func TestIntegrationCreateMakesIsolatedPodAndPolicy(t *testing.T) {
 	g.Expect(spec.SecurityContext.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
 	main := spec.Containers[0]
 	g.Expect(main.Image).To(Equal("localhost/airlock/sandbox-python:1"))
-	g.Expect(main.Command).To(Equal([]string{sandbox.InitBinary, "pid1"}))
+	g.Expect(main.Command[:2]).To(Equal([]string{sandbox.InitBinary, "pid1"}))
+	g.Expect(main.Command).To(ContainElements("--expect-isolation=gvisor", "--gate-port=10250"))
+	g.Expect(spec.InitContainers).To(BeEmpty(), "one container start: airlock-init comes from an image volume")
+	g.Expect(main.ReadinessProbe.Exec.Command).To(Equal([]string{sandbox.InitBinary, "ready", "--wait=30s"}))
 	g.Expect(*main.SecurityContext.AllowPrivilegeEscalation).To(BeFalse())
 	g.Expect(main.SecurityContext.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
@@ -260,7 +261,10 @@ func TestIntegrationGateFailureFailsSandbox(t *testing.T) {
 	g.Eventually(func() string {
 		return condition(getSandbox(t, c, ns, "s"), airlockv1.ConditionNetworkIsolated)
 	}).WithTimeout(waitLong).Should(Equal("False/" + ReasonGateFailed))
-	g.Expect(condition(getSandbox(t, c, ns, "s"), airlockv1.ConditionReady)).To(Equal("False/" + ReasonNotIsolated))
+	s := getSandbox(t, c, ns, "s")
+	g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonGateFailed))
+	g.Expect(meta.FindStatusCondition(s.Status.Conditions, airlockv1.ConditionReady).Message).To(ContainSubstring("gate said so"))
+	g.Expect(s.Status.Phase).To(Equal(airlockv1.PhaseFailed))
 }
 
 func TestIntegrationMissingTemplateAndRuntimeClass(t *testing.T) {

@@ -80,7 +80,8 @@ type observation struct {
 	others        []string
 	// resolved is set when settings were resolved from the template; status snapshots it with the pod.
 	resolved *sandbox.Resolved
-	// evidence is the init container's checked verdict, read once; evidenceErr says why it proves nothing.
+	// evidence is what the pod's gate proved, checked against its node, read once; evidenceErr says why it
+	// proves nothing.
 	evidence    *airlockv1.IsolationEvidence
 	evidenceErr error
 	// claim is what the pool claim decided in this pass (sandbox_claim.go).
@@ -116,9 +117,13 @@ func computeStatus(sbx *airlockv1.Sandbox, obs observation) airlockv1.SandboxSta
 		st.IsolationEvidence = obs.evidence.DeepCopy()
 	}
 	if ev := st.IsolationEvidence; ev != nil {
-		st.Isolation = sandbox.ObservedIsolation(ev.Kernel, ev.GVisorMarker, ev.NodeKernel)
+		if ev.Proven == "" {
+			// Recorded by an older manager, from an init container's verdict: its judgement stands.
+			ev.Proven = st.Isolation
+		}
+		st.Isolation = ev.Proven
 		if obs.blocked == nil {
-			obs.blocked = runtimeBlocker(st.RuntimeHandler, st.Isolation, ev, obs.defaults)
+			obs.blocked = runtimeBlocker(st.RuntimeHandler, ev, obs.defaults)
 		}
 	}
 	set := func(c metav1.Condition) {
@@ -161,7 +166,8 @@ func phaseOf(obs observation, expired bool, ready metav1.Condition) airlockv1.Sa
 		return airlockv1.PhaseTerminating
 	case expired:
 		return airlockv1.PhaseExpired
-	case ready.Reason == ReasonPodFailed || ready.Reason == ReasonPodLost || (obs.blocked != nil && obs.blocked.permanent):
+	case ready.Reason == ReasonPodFailed || ready.Reason == ReasonPodLost || ready.Reason == ReasonGateFailed ||
+		ready.Reason == ReasonRuntimeMismatch || (obs.blocked != nil && obs.blocked.permanent):
 		return airlockv1.PhaseFailed
 	case ready.Status == metav1.ConditionTrue:
 		return airlockv1.PhaseReady
@@ -181,6 +187,10 @@ func readyCondition(obs observation, expired, isolated metav1.Condition) metav1.
 		c.Reason, c.Message = ReasonExpired, "the sandbox reached its hard expiry"
 	case obs.podLost:
 		c.Reason, c.Message = ReasonPodLost, "the sandbox's pod disappeared; its files are gone and it is not replaced"
+	case (pod != nil && (pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded)) &&
+		(isolated.Reason == ReasonGateFailed || isolated.Reason == ReasonRuntimeMismatch):
+		// PID 1 ends when its gate fails: that, not the stop it caused, is the cause.
+		c.Reason, c.Message = isolated.Reason, isolated.Message
 	case pod != nil && pod.Status.Phase == corev1.PodFailed, pod != nil && pod.Status.Phase == corev1.PodSucceeded:
 		c.Reason, c.Message = ReasonPodFailed, "the sandbox's pod stopped: "+stopReason(pod)
 	case obs.blocked != nil:
@@ -226,31 +236,31 @@ type gate struct {
 	reason, message string
 }
 
-// gateState reads the network gate's verdict: the init container exits 0 only after it saw its target blocked
-// from inside the pod, and that counts only with evidence that the target is known to listen.
+// gateState reads the pod's gate: PID 1 serves commands, and answers the readiness probe, only once it proved
+// the runtime's isolation and saw its target blocked from inside the pod; that counts only with evidence that
+// the target is known to listen. Once recorded, the evidence stands: the gate runs once, before any command.
 func gateState(pod *corev1.Pod, ev *airlockv1.IsolationEvidence, evidenceErr error) gate {
-	if pod == nil {
-		return gate{reason: ReasonGatePending, message: "waiting for the pod's network probe"}
+	switch {
+	case ev != nil && ev.ProxyTarget != "":
+		return gate{passed: true, reason: ReasonIsolated, message: fmt.Sprintf(
+			"the NetworkPolicy is in effect: from inside the pod, %s (known to listen) was blocked and the egress proxy %s was reached before any command ran",
+			ev.GateTarget, ev.ProxyTarget)}
+	case ev != nil:
+		return gate{passed: true, reason: ReasonIsolated, message: fmt.Sprintf(
+			"the NetworkPolicy is in effect: from inside the pod, %s (known to listen) was blocked before any command ran", ev.GateTarget)}
+	case pod == nil:
+		return gate{reason: ReasonGatePending, message: "waiting for the pod's network gate"}
 	}
-	for _, s := range pod.Status.InitContainerStatuses {
-		if s.Name != sandbox.InitContainerName || s.State.Terminated == nil {
-			continue
+	if msg, failed := gateFailure(pod); failed {
+		if isRuntimeMismatch(msg) {
+			return gate{reason: ReasonRuntimeMismatch, message: "the pod's runtime is not the isolation its RuntimeClass promises: " + msg}
 		}
-		switch {
-		case s.State.Terminated.ExitCode != 0:
-			return gate{reason: ReasonGateFailed, message: "the pod's network probe failed: " + strings.TrimSpace(s.State.Terminated.Message)}
-		case ev != nil && ev.ProxyTarget != "":
-			return gate{passed: true, reason: ReasonIsolated, message: fmt.Sprintf(
-				"the NetworkPolicy is in effect: from inside the pod, %s (known to listen) was %s and the egress proxy %s was reached before any command ran",
-				ev.GateTarget, ev.Gate, ev.ProxyTarget)}
-		case ev != nil:
-			return gate{passed: true, reason: ReasonIsolated, message: fmt.Sprintf(
-				"the NetworkPolicy is in effect: from inside the pod, %s (known to listen) was %s before any command ran", ev.GateTarget, ev.Gate)}
-		case evidenceErr != nil:
-			return gate{reason: ReasonGateUnproven, message: "the pod's network probe passed but proves nothing: " + evidenceErr.Error()}
-		}
+		return gate{reason: ReasonGateFailed, message: "the pod's network gate failed: " + msg}
 	}
-	return gate{reason: ReasonGatePending, message: "waiting for the pod's network probe"}
+	if evidenceErr != nil {
+		return gate{reason: ReasonGateUnproven, message: "the pod's network gate passed but proves nothing: " + evidenceErr.Error()}
+	}
+	return gate{reason: ReasonGatePending, message: "waiting for the pod's network gate"}
 }
 
 func containerRunning(pod *corev1.Pod) bool {
@@ -279,7 +289,7 @@ func podProblem(pod *corev1.Pod) string {
 	if pod.Status.Reason != "" || pod.Status.Message != "" {
 		return reasonMessage(pod.Status.Reason, pod.Status.Message)
 	}
-	statuses := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+	statuses := pod.Status.ContainerStatuses
 	for _, s := range statuses {
 		switch {
 		case s.State.Waiting != nil && s.State.Waiting.Reason != "" && s.State.Waiting.Reason != "PodInitializing" && s.State.Waiting.Reason != "ContainerCreating":

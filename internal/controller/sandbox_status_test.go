@@ -14,12 +14,18 @@ import (
 	"airlock.dev/airlock/internal/sandbox"
 )
 
+// runningPod is a sandbox pod whose container runs: with gateExit nil its gate has not passed yet, with 0 it
+// passed (the container is ready), otherwise PID 1 failed its gate with that exit code and the pod failed.
 func runningPod(gateExit *int32) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Status: corev1.PodStatus{Phase: corev1.PodRunning,
 		ContainerStatuses: []corev1.ContainerStatus{{Name: sandbox.ContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}
-	if gateExit != nil {
-		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: sandbox.InitContainerName,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: *gateExit}}}}
+	switch {
+	case gateExit == nil:
+	case *gateExit == 0:
+		p.Status.ContainerStatuses[0].Ready = true
+	default:
+		p.Status.Phase = corev1.PodFailed
+		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: *gateExit, Message: "network isolation not in effect"}}
 	}
 	return p
 }
@@ -56,7 +62,7 @@ func TestComputeStatus(t *testing.T) {
 		"running, gate not finished": {observation{policy: policyInEffect, pod: runningPod(nil)},
 			airlockv1.PhasePending, "False/NotIsolated", "False/GatePending", "False/NotExpired", ""},
 		"gate failed": {observation{policy: policyInEffect, pod: runningPod(&one)},
-			airlockv1.PhasePending, "False/NotIsolated", "False/GateFailed", "False/NotExpired", ""},
+			airlockv1.PhaseFailed, "False/GateFailed", "False/GateFailed", "False/NotExpired", "network isolation not in effect"},
 		"another policy selects the pod": {observation{policy: policyInEffect, pod: runningPod(&zero), others: []string{"open"}},
 			airlockv1.PhasePending, "False/NotIsolated", "False/OtherPolicySelects", "False/NotExpired", ""},
 		"policy edited": {observation{policy: policyModified, pod: runningPod(&zero)},
@@ -132,19 +138,18 @@ func TestComputeStatusKeepsTransitionTimesAndUsage(t *testing.T) {
 }
 
 func gvisorEvidence() *airlockv1.IsolationEvidence {
-	return &airlockv1.IsolationEvidence{Kernel: "4.4.0", NodeKernel: "6.1.0-host", GVisorMarker: true, Gate: "refused", GateTarget: "10.123.0.1:10250"}
+	return &airlockv1.IsolationEvidence{Proven: airlockv1.IsolationGVisor, NodeKernel: "6.1.0-host", GateTarget: "10.123.0.1:10250"}
 }
 
-// The runtime is judged by what the pod saw from inside, against what its handler promises. Each refusal case
-// fails with its check in runtimeBlocker removed (verified by reverting it).
+// The runtime is judged by what the pod proved from inside, against what its handler promises now. Each refusal
+// case fails with its check in runtimeBlocker removed (verified by reverting it).
 func TestComputeStatusRuntimeIsolation(t *testing.T) {
 	zero := int32(0)
 	strict := sandbox.DefaultDefaults()
 	allowing := sandbox.DefaultDefaults()
 	allowing.AllowUnisolated = true
-	host := &airlockv1.IsolationEvidence{Kernel: "6.1.0-host", NodeKernel: "6.1.0-host", Gate: "refused", GateTarget: "10.123.0.1:10250"}
-	vm := &airlockv1.IsolationEvidence{Kernel: "6.12.0-kata", NodeKernel: "6.1.0-host", Gate: "timeout", GateTarget: "10.123.0.1:10250"}
-	noMarker := &airlockv1.IsolationEvidence{Kernel: "4.4.0", NodeKernel: "6.1.0-host", Gate: "refused", GateTarget: "10.123.0.1:10250"}
+	host := &airlockv1.IsolationEvidence{Proven: airlockv1.IsolationNone, NodeKernel: "6.1.0-host", GateTarget: "10.123.0.1:10250"}
+	vm := &airlockv1.IsolationEvidence{Proven: airlockv1.IsolationKata, NodeKernel: "6.1.0-host", GateTarget: "10.123.0.1:10250"}
 	tests := map[string]struct {
 		handler   string
 		ev        *airlockv1.IsolationEvidence
@@ -156,9 +161,8 @@ func TestComputeStatusRuntimeIsolation(t *testing.T) {
 	}{
 		"gVisor proven":                     {"runsc", gvisorEvidence(), strict, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationGVisor, ""},
 		"kata proven by its own kernel":     {"kata-qemu", vm, strict, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationKata, ""},
-		"runsc on the host kernel":          {"runsc", host, strict, airlockv1.PhaseFailed, "False/RuntimeMismatch", airlockv1.IsolationNone, `handler "runsc" should give gvisor`},
-		"runsc without its marker":          {"runsc", noMarker, strict, airlockv1.PhaseFailed, "False/RuntimeMismatch", airlockv1.IsolationKata, "gvisor-marker-file"},
-		"kata on the host kernel":           {"kata", host, allowing, airlockv1.PhaseFailed, "False/RuntimeMismatch", airlockv1.IsolationNone, "kata"},
+		"runsc proved nothing (made when it was not isolating)": {"runsc", host, strict, airlockv1.PhaseFailed, "False/RuntimeMismatch", airlockv1.IsolationNone, `handler "runsc" should give gVisor`},
+		"kata proved gVisor":                {"kata", gvisorEvidence(), allowing, airlockv1.PhaseFailed, "False/RuntimeMismatch", airlockv1.IsolationGVisor, "a VM"},
 		"runc refused":                      {"runc", host, strict, airlockv1.PhaseFailed, "False/RuntimeNotIsolating", airlockv1.IsolationNone, "--allow-unisolated-runtimes"},
 		"runc allowed says none":            {"runc", host, allowing, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationNone, ""},
 		"unknown handler, host kernel":      {"", host, strict, airlockv1.PhaseFailed, "False/RuntimeNotIsolating", airlockv1.IsolationNone, "node's own kernel"},
@@ -181,6 +185,12 @@ func TestComputeStatusRuntimeIsolation(t *testing.T) {
 			if st.IsolationEvidence == nil || *st.IsolationEvidence != *tc.ev {
 				t.Errorf("evidence not recorded: %+v", st.IsolationEvidence)
 			}
+			// Evidence an older manager recorded (no Proven) keeps the isolation it judged.
+			old := sbx.DeepCopy()
+			old.Status.IsolationEvidence.Proven = ""
+			if again := computeStatus(old, obs); again.Phase != tc.phase || again.Isolation != tc.isolation {
+				t.Errorf("from an older manager's evidence: phase %s isolation %q", again.Phase, again.Isolation)
+			}
 			// Recorded evidence stands on later reconciles, which do not read it again.
 			obs.evidence = nil
 			if again := computeStatus(sbx, obs); again.Phase != tc.phase || again.Isolation != tc.isolation {
@@ -190,8 +200,8 @@ func TestComputeStatusRuntimeIsolation(t *testing.T) {
 	}
 }
 
-// The gate's refusal proves isolation only for a target known to listen: the pod's node's kubelet port, or the
-// operator's --gate-target. Without the target check the mismatch cases pass as isolated.
+// The gate's block proves isolation only for a target known to listen: the pod's node's kubelet port, or the
+// operator's --gate-target; and a VM only against its node's kernel. Without each check its case passes.
 func TestBuildEvidence(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{
 		NodeInfo:        corev1.NodeSystemInfo{KernelVersion: "6.1.0-host"},
@@ -200,29 +210,49 @@ func TestBuildEvidence(t *testing.T) {
 	noPort.Status.DaemonEndpoints.KubeletEndpoint.Port = 0
 	noKernel := node.DeepCopy()
 	noKernel.Status.NodeInfo.KernelVersion = ""
-	pod := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{HostIP: "10.123.0.1"}}
-	good := "airlock-verdict/1 kernel=4.4.0 gvisor-marker=yes gate=refused target=10.123.0.1:10250 took=12ms\n"
-	otherPort := strings.Replace(good, ":10250", ":10255", 1)
+	r, err := sandbox.Resolve(&airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"}, Spec: airlockv1.SandboxSpec{Image: "img"}},
+		nil, sandbox.DefaultDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	podWith := func(edit func(*sandbox.PodOptions)) *corev1.Pod {
+		o := sandbox.DefaultPodOptions("init")
+		o.Isolation = airlockv1.IsolationGVisor
+		edit(&o)
+		p := sandbox.BuildPod(&airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"}}, r, o)
+		p.Spec.NodeName, p.Status.HostIP = "n1", "10.123.0.1"
+		return p
+	}
+	good := podWith(func(*sandbox.PodOptions) {})
+	otherPort := podWith(func(o *sandbox.PodOptions) { o.GatePort = 10255 })
+	configured := podWith(func(o *sandbox.PodOptions) { o.GateTarget = "10.123.0.1:10255" })
+	vm := podWith(func(o *sandbox.PodOptions) { o.Isolation, o.HostKernels = airlockv1.IsolationKata, []string{"6.1.0-host"} })
+	vmElsewhere := podWith(func(o *sandbox.PodOptions) { o.Isolation, o.HostKernels = airlockv1.IsolationKata, []string{"6.1.0-other"} })
+	older := podWith(func(*sandbox.PodOptions) {})
+	older.Spec.Containers[0].Command = []string{sandbox.InitBinary, "pid1"}
 	tests := map[string]struct {
-		msg        string
+		pod        *corev1.Pod
 		node       *corev1.Node
 		gateTarget string
+		want       airlockv1.Isolation
 		wantErr    string
 	}{
-		"kubelet port of the pod's node":    {good, node, "", ""},
-		"configured target":                 {otherPort, noPort, "10.123.0.1:10255", ""},
-		"probed a port not known to listen": {otherPort, node, "", "known to listen is 10.123.0.1:10250"},
-		"configured target not probed":      {good, node, "10.0.0.9:443", "known to listen is 10.0.0.9:443"},
-		"node reports no kubelet port":      {good, noPort, "", "no kubelet port"},
-		"node reports no kernel":            {good, noKernel, "", "no kernel version"},
-		"node unknown":                      {good, nil, "", "not known"},
-		"no verdict (older init)":           {"", node, "", "no verdict"},
+		"kubelet port of the pod's node":    {good, node, "", airlockv1.IsolationGVisor, ""},
+		"configured target":                 {configured, noPort, "10.123.0.1:10255", airlockv1.IsolationGVisor, ""},
+		"a VM checked against its node":     {vm, node, "", airlockv1.IsolationKata, ""},
+		"a VM not checked against its node": {vmElsewhere, node, "", "", "does not include the kernel of its node"},
+		"probed a port not known to listen": {otherPort, node, "", "", "kubelet listens on 10250"},
+		"configured target not probed":      {good, node, "10.0.0.9:443", "", "known to listen is 10.0.0.9:443"},
+		"node reports no kubelet port":      {good, noPort, "", "", "no kubelet port"},
+		"node reports no kernel":            {good, noKernel, "", "", "no kernel version"},
+		"node unknown":                      {good, nil, "", "", "not known"},
+		"nothing to prove (older manager)":  {older, node, "", "", "no isolation to prove"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			ev, err := buildEvidence(tc.msg, pod, tc.node, tc.gateTarget)
+			ev, err := buildEvidence(tc.pod, tc.node, tc.gateTarget)
 			if tc.wantErr == "" {
-				if err != nil || ev == nil || !ev.GVisorMarker || ev.Kernel != "4.4.0" || ev.NodeKernel != "6.1.0-host" || ev.Gate != "refused" {
+				if err != nil || ev == nil || ev.Proven != tc.want || ev.NodeKernel != "6.1.0-host" || ev.GateTarget == "" {
 					t.Fatalf("got %+v, %v", ev, err)
 				}
 				return

@@ -233,15 +233,9 @@ func (r *SandboxReconciler) ensurePod(ctx context.Context, sbx *airlockv1.Sandbo
 		return fmt.Errorf("getting pod: %w", err)
 	}
 
-	opts := r.Pod
-	if opts.GateTarget == "" {
-		port, err := r.kubeletPort(ctx)
-		if err != nil {
-			return err
-		}
-		if port != 0 {
-			opts.GatePort = port
-		}
+	opts, err := gatedPodOptions(ctx, r.Client, r.Pod, r.Defaults, res.RuntimeHandler)
+	if err != nil {
+		return err
 	}
 	pod = sandbox.BuildPod(sbx, res, opts)
 	if err := controllerutil.SetControllerReference(sbx, pod, r.Scheme); err != nil {
@@ -288,31 +282,15 @@ func (r *SandboxReconciler) observeIsolation(ctx context.Context, sbx *airlockv1
 	return nil
 }
 
-// kubeletPort is the port the Nodes report their kubelet listening on (status.daemonEndpoints), 0 if none
-// does. The pod is built before it is scheduled, so this is every node's usual port; observeRuntime then
-// checks it against the node the pod landed on.
-func (r *SandboxReconciler) kubeletPort(ctx context.Context) (int32, error) {
-	var nodes corev1.NodeList
-	if err := r.List(ctx, &nodes); err != nil {
-		return 0, fmt.Errorf("listing nodes for the kubelet port: %w", err)
-	}
-	for i := range nodes.Items {
-		if p := nodes.Items[i].Status.DaemonEndpoints.KubeletEndpoint.Port; p != 0 {
-			return p, nil
-		}
-	}
-	return 0, nil
-}
 
-// observeRuntime reads, once, the verdict the init container left after the network gate passed, with the
+// observeRuntime reads, once, what the pod's gate proved, once it passed (the pod's readiness probe), with the
 // node the pod runs on: the evidence for NetworkIsolated and status.isolation. Once recorded in status it is
-// not read again: the init container runs once.
+// not read again: the gate runs once, before any command.
 func (r *SandboxReconciler) observeRuntime(ctx context.Context, sbx *airlockv1.Sandbox, obs *observation) error {
 	if obs.pod == nil || sbx.Status.IsolationEvidence != nil {
 		return nil
 	}
-	msg, passed := gateExited(obs.pod)
-	if !passed {
+	if !gatePassed(obs.pod) {
 		return nil
 	}
 	var node *corev1.Node
@@ -325,7 +303,7 @@ func (r *SandboxReconciler) observeRuntime(ctx context.Context, sbx *airlockv1.S
 			node = nil
 		}
 	}
-	obs.evidence, obs.evidenceErr = buildEvidence(msg, obs.pod, node, r.Pod.GateTarget)
+	obs.evidence, obs.evidenceErr = buildEvidence(obs.pod, node, r.Pod.GateTarget)
 	return nil
 }
 

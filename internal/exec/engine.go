@@ -18,7 +18,7 @@ import (
 	"airlock.dev/airlock/internal/runwrap"
 )
 
-// DefaultWrapperPath is where the init container puts airlock-init.
+// DefaultWrapperPath is where sandbox pods see airlock-init (sandbox.InitBinary: the init image's volume).
 const DefaultWrapperPath = "/airlock/bin/airlock-init"
 
 // ErrNotStarted wraps errors from calls where no exec session was

@@ -1,4 +1,4 @@
-// Package initproc is what airlock-init does before and around the commands of a sandbox: it keeps the sandbox
-// container alive as its PID 1 and reaps orphans (pid1.go), and in the init container it installs itself for the
-// sandbox container and holds the pod back until network isolation is in effect (setup.go).
+// Package initproc is what airlock-init does before and around the commands of a sandbox: as the sandbox
+// container's PID 1 it first proves the runtime's and the network policy's isolation (gate.go), then keeps the
+// container alive, reaps orphans and serves commands (pid1_linux.go).
 package initproc

@@ -1,6 +1,7 @@
 package initproc
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,9 +20,25 @@ import (
 // Its memory guard kills the largest command before the sandbox nears its memory limit, so one greedy command
 // does not cost the sandbox (runwrap.MemoryGuard). It is not dumpable, so commands (same uid) cannot read the runs' nonces or open the exec streams it holds
 // through /proc. It exits 0 on SIGTERM or SIGINT, so pod deletion is quick.
+//
+// Before it serves any command it runs the gate (gate.go): the runtime must be the isolation its RuntimeClass
+// promised and the sandbox's NetworkPolicy must be in effect. Until then its socket does not exist, so no
+// command can run and `airlock-init ready`, the pod's readiness probe, fails; if the gate fails, PID 1 exits 1
+// with the reason in the termination log and the pod fails.
 func PID1(args []string, stderr io.Writer) int {
-	if len(args) != 0 {
-		fmt.Fprintln(stderr, "airlock-init pid1: takes no arguments")
+	fs := flag.NewFlagSet("pid1", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var gate gateConfig
+	gate.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "airlock-init pid1: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if err := gate.check(); err != nil {
+		fmt.Fprintln(stderr, "airlock-init pid1:", err)
 		return 2
 	}
 	if os.Getpid() != 1 {
@@ -35,6 +52,24 @@ func PID1(args []string, stderr io.Writer) int {
 	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	gated := make(chan error, 1)
+	go func() { gated <- gate.run(stderr) }()
+	for waiting := true; waiting; {
+		select {
+		case sig := <-sigs:
+			if sig != syscall.SIGCHLD {
+				return 0
+			}
+		case err := <-gated:
+			if err != nil {
+				fmt.Fprintln(stderr, "airlock-init:", err)
+				writeTerminationLog(stderr, gate.termLog, err.Error())
+				return 1
+			}
+			waiting = false
+		}
+	}
 	sup := runwrap.NewSupervisor(stderr)
 	ln, err := runwrap.Listen()
 	if err != nil {

@@ -10,10 +10,8 @@ const (
 
 	// ContainerName is the sandbox's main container, the one commands are executed in.
 	ContainerName = "sandbox"
-	// InitContainerName installs airlock-init and waits until network isolation is in effect.
-	InitContainerName = "airlock-setup"
 
-	// ToolsDir is where airlock-init is installed for the sandbox container (read-only there).
+	// ToolsDir is where the sandbox container sees airlock-init: InitImage's InitImagePath, read-only.
 	ToolsDir = "/airlock/bin"
 	// InitBinary is the path of airlock-init inside the sandbox container.
 	InitBinary = ToolsDir + "/airlock-init"

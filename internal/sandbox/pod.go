@@ -5,9 +5,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -16,8 +16,9 @@ import (
 
 // PodOptions are the operator's settings for every sandbox pod.
 type PodOptions struct {
-	// InitImage has airlock-init as its entrypoint; it installs itself for the sandbox container and runs the
-	// network gate.
+	// InitImage holds airlock-init at /usr/local/bin/airlock-init. Every sandbox pod mounts it as an image
+	// volume (Kubernetes 1.36+, a runtime with image volumes: containerd 2.1+) and runs it as PID 1, whatever
+	// the sandbox's image contains.
 	InitImage string
 	// GatePort is the port on the node's IP that the network gate expects to be blocked: the kubelet's, which
 	// is known to listen. The controller sets it from the Nodes' status; this is the fallback.
@@ -34,6 +35,67 @@ type PodOptions struct {
 	// kubelet's podPidsLimit (1024 on the local cluster).
 	ProcessLimit         int
 	ProcessLimitRuntimes []string
+	// Isolation is what the pod's runtime must prove from inside before any command runs (the RuntimeClass
+	// handler's expected isolation); for IsolationKata (a VM), HostKernels are the nodes' kernels, none of which
+	// the pod's may be. The controller sets both for each pod.
+	Isolation   airlockv1.Isolation
+	HostKernels []string
+}
+
+// InitImagePath is where InitImage holds airlock-init; the pod mounts that directory at ToolsDir.
+const InitImagePath = "usr/local/bin"
+
+// Flags of airlock-init pid1 that the controller reads back from a pod to check its gate's evidence.
+const (
+	GateHostFlag        = "--gate-host="
+	GatePortFlag        = "--gate-port="
+	ExpectIsolationFlag = "--expect-isolation="
+	HostKernelFlag      = "--host-kernel="
+)
+
+// RuntimeMismatchPrefix starts the termination message of a pod whose PID 1 found its runtime not the isolation
+// it was told to prove: the same as airlock-init's (internal/initproc), which does not import this package.
+const RuntimeMismatchPrefix = "runtime mismatch: "
+
+// expectFlag is pid1's --expect-isolation for an isolation.
+var expectFlag = map[airlockv1.Isolation]string{airlockv1.IsolationGVisor: "gvisor", airlockv1.IsolationKata: "vm", airlockv1.IsolationNone: "none"}
+
+// ExpectedIsolationOf reads back the isolation a pod's PID 1 was told to prove ("" if none is named).
+func ExpectedIsolationOf(pod *corev1.Pod) (airlockv1.Isolation, []string) {
+	var kernels []string
+	var iso airlockv1.Isolation
+	for _, a := range sandboxArgs(pod) {
+		if v, ok := strings.CutPrefix(a, ExpectIsolationFlag); ok {
+			for k, f := range expectFlag {
+				if f == v {
+					iso = k
+				}
+			}
+		}
+		if v, ok := strings.CutPrefix(a, HostKernelFlag); ok {
+			kernels = append(kernels, v)
+		}
+	}
+	return iso, kernels
+}
+
+// PodArg returns the value of the sandbox container's flag (a prefix such as GatePortFlag), "" if absent.
+func PodArg(pod *corev1.Pod, flag string) string {
+	for _, a := range sandboxArgs(pod) {
+		if v, ok := strings.CutPrefix(a, flag); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func sandboxArgs(pod *corev1.Pod) []string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == ContainerName {
+			return c.Command
+		}
+	}
+	return nil
 }
 
 // DefaultPodOptions are the defaults of PodOptions except the image, which depends on the release.
@@ -49,6 +111,11 @@ const GVisorOverlayAnnotation = "dev.gvisor.flag.overlay2"
 const (
 	toolsVolume   = "airlock-tools"
 	workdirVolume = "workdir"
+	// nodeIPEnv carries the node's IP (the gate's target) into PID 1's arguments.
+	nodeIPEnv = "AIRLOCK_NODE_IP"
+	// readinessPeriod: once the gate passed the probe has nothing left to learn (the controller keeps the
+	// verdict), so it runs every few minutes instead of every few seconds, each run being a process start.
+	readinessPeriod int32 = 300
 	// terminationGrace is short: a sandbox holds no state worth a graceful shutdown once it is being deleted.
 	terminationGrace int64 = 2
 )
@@ -82,20 +149,31 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 
 	workVolumes, workMounts, annotations := workdirStorage(r)
 
-	gateHost, gatePort := "$(AIRLOCK_NODE_IP)", strconv.Itoa(int(o.GatePort))
+	gateHost, gatePort := "$("+nodeIPEnv+")", strconv.Itoa(int(o.GatePort))
 	if h, p, err := net.SplitHostPort(o.GateTarget); err == nil {
 		gateHost, gatePort = h, p
 	}
-	initArgs := []string{"setup",
-		"--install-dir=" + ToolsDir,
-		"--gate-host=" + gateHost,
-		"--gate-port=" + gatePort,
+	command := []string{InitBinary, "pid1",
+		GateHostFlag + gateHost,
+		GatePortFlag + gatePort,
 		"--gate-timeout=" + o.GateTimeout.Duration.String(),
+		ExpectIsolationFlag + expectFlag[o.Isolation],
+	}
+	if o.Isolation == airlockv1.IsolationKata {
+		for _, k := range o.HostKernels {
+			command = append(command, HostKernelFlag+k)
+		}
 	}
 	if NeedsProxy(r.Network) && r.EgressProxy != nil {
 		// The positive control: after the kubelet is seen blocked, the proxy must be reached.
-		initArgs = append(initArgs, ProxyTargetFlag+r.EgressProxy.Address)
+		command = append(command, ProxyTargetFlag+r.EgressProxy.Address)
 	}
+	// The gate's target. Commands inherit it too: the node's IP is no secret to a pod, it is its way out.
+	env = append([]corev1.EnvVar{{Name: nodeIPEnv,
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}}}, env...)
+	// The readiness probe is PID 1's gate: its first run, right after the container starts, waits for the gate
+	// to pass, and it is the signal the controller reads. After that it only needs to run rarely.
+	waitGate := o.GateTimeout.Duration + 5*time.Second
 
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -123,32 +201,27 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 				FSGroup:        ptr.To(uid),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			InitContainers: []corev1.Container{{
-				Name:  InitContainerName,
-				Image: o.InitImage,
-				Args:  initArgs,
-				Env: []corev1.EnvVar{{
-					Name:      "AIRLOCK_NODE_IP",
-					ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}},
-				}},
-				SecurityContext: restrictedContainer(SandboxUID, true),
-				Resources:       initResources(),
-				VolumeMounts:    []corev1.VolumeMount{{Name: toolsVolume, MountPath: ToolsDir}},
-			}},
 			Containers: []corev1.Container{{
 				Name:            ContainerName,
 				Image:           r.Image,
-				Command:         []string{InitBinary, "pid1"},
+				Command:         command,
 				WorkingDir:      r.WorkingDir,
 				Env:             env,
 				SecurityContext: restrictedContainer(uid, nonRoot),
 				Resources:       r.Resources,
 				VolumeMounts: append([]corev1.VolumeMount{
-					{Name: toolsVolume, MountPath: ToolsDir, ReadOnly: true},
+					{Name: toolsVolume, MountPath: ToolsDir, SubPath: InitImagePath, ReadOnly: true},
 				}, workMounts...),
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{InitBinary, "ready", "--wait=" + o.GateTimeout.Duration.String()}}},
+					TimeoutSeconds:   int32(waitGate / time.Second),
+					PeriodSeconds:    readinessPeriod,
+					SuccessThreshold: 1,
+					FailureThreshold: 1,
+				},
 			}},
 			Volumes: append([]corev1.Volume{
-				{Name: toolsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: toolsVolume, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: o.InitImage}}},
 			}, workVolumes...),
 		},
 	}
@@ -176,11 +249,4 @@ func restrictedContainer(uid int64, nonRoot bool) *corev1.SecurityContext {
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
-}
-
-func initResources() corev1.ResourceRequirements {
-	q := corev1.ResourceList{}
-	q[corev1.ResourceCPU] = resource.MustParse("100m")
-	q[corev1.ResourceMemory] = resource.MustParse("32Mi")
-	return corev1.ResourceRequirements{Requests: q, Limits: q.DeepCopy()}
 }

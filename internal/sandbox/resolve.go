@@ -223,18 +223,6 @@ func (d Defaults) ExpectedIsolation(handler string) airlockv1.Isolation {
 	return airlockv1.IsolationKata
 }
 
-// ObservedIsolation classifies what the init container saw under the pod's runtime: gVisor by its marker, a VM
-// by a kernel other than the node's, else none. It needs the node's kernel.
-func ObservedIsolation(kernel string, gvisorMarker bool, nodeKernel string) airlockv1.Isolation {
-	switch {
-	case gvisorMarker:
-		return airlockv1.IsolationGVisor
-	case kernel != nodeKernel:
-		return airlockv1.IsolationKata
-	}
-	return airlockv1.IsolationNone
-}
-
 // ValidateHandlerGlobs rejects malformed --isolating-handlers patterns, which would otherwise match nothing.
 func ValidateHandlerGlobs(globs []string) error {
 	for _, g := range globs {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/pod-security-admission/policy"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/initproc"
 )
 
 func sbx(mut ...func(*airlockv1.Sandbox)) *airlockv1.Sandbox {
@@ -151,7 +152,7 @@ func TestCheckRuntimeByHandler(t *testing.T) {
 	}
 }
 
-func TestExpectedAndObservedIsolation(t *testing.T) {
+func TestExpectedIsolation(t *testing.T) {
 	d := DefaultDefaults()
 	for handler, want := range map[string]airlockv1.Isolation{"runsc": airlockv1.IsolationGVisor, "runsc-kvm": airlockv1.IsolationKata,
 		"kata-fc": airlockv1.IsolationKata, "runc": airlockv1.IsolationNone, "": airlockv1.IsolationNone} {
@@ -161,21 +162,6 @@ func TestExpectedAndObservedIsolation(t *testing.T) {
 		}
 		if got := d.ExpectedIsolation(handler); got != want {
 			t.Errorf("expected isolation of handler %q: %s, want %s", handler, got, want)
-		}
-	}
-	for name, tc := range map[string]struct {
-		kernel     string
-		marker     bool
-		nodeKernel string
-		want       airlockv1.Isolation
-	}{
-		"gVisor marker":                       {"4.4.0", true, "6.1.0-18-amd64", airlockv1.IsolationGVisor},
-		"host kernel":                         {"6.1.0-18-amd64", false, "6.1.0-18-amd64", airlockv1.IsolationNone},
-		"a kernel of its own":                 {"6.12.28", false, "6.1.0-18-amd64", airlockv1.IsolationKata},
-		"gVisor without marker is not gvisor": {"4.4.0", false, "6.1.0-18-amd64", airlockv1.IsolationKata},
-	} {
-		if got := ObservedIsolation(tc.kernel, tc.marker, tc.nodeKernel); got != tc.want {
-			t.Errorf("%s: %s, want %s", name, got, tc.want)
 		}
 	}
 	if err := ValidateHandlerGlobs([]string{"runsc", "kata*"}); err != nil {
@@ -193,14 +179,36 @@ func TestGateTargetInPod(t *testing.T) {
 	}
 	o := DefaultPodOptions("init")
 	o.GatePort = 10255
-	args := BuildPod(sbx(), r, o).Spec.InitContainers[0].Args
-	if !slices.Contains(args, "--gate-host=$(AIRLOCK_NODE_IP)") || !slices.Contains(args, "--gate-port=10255") {
+	o.Isolation = airlockv1.IsolationGVisor
+	pod := BuildPod(sbx(), r, o)
+	args := pod.Spec.Containers[0].Command
+	if !slices.Contains(args, "--gate-host=$(AIRLOCK_NODE_IP)") || !slices.Contains(args, "--gate-port=10255") || PodArg(pod, GatePortFlag) != "10255" {
 		t.Errorf("default gate: node IP and the kubelet port, got %v", args)
 	}
+	if iso, kernels := ExpectedIsolationOf(pod); iso != airlockv1.IsolationGVisor || kernels != nil || !slices.Contains(args, "--expect-isolation=gvisor") {
+		t.Errorf("expected isolation read back %q %v from %v", iso, kernels, args)
+	}
 	o.GateTarget = "10.0.0.7:8443"
-	args = BuildPod(sbx(), r, o).Spec.InitContainers[0].Args
+	o.Isolation, o.HostKernels = airlockv1.IsolationKata, []string{"6.1.0-a", "6.1.0-b"}
+	pod = BuildPod(sbx(), r, o)
+	args = pod.Spec.Containers[0].Command
 	if !slices.Contains(args, "--gate-host=10.0.0.7") || !slices.Contains(args, "--gate-port=8443") {
 		t.Errorf("configured gate target, got %v", args)
+	}
+	if iso, kernels := ExpectedIsolationOf(pod); iso != airlockv1.IsolationKata || !slices.Equal(kernels, o.HostKernels) || !slices.Contains(args, "--expect-isolation=vm") {
+		t.Errorf("expected isolation read back %q %v from %v", iso, kernels, args)
+	}
+	// The readiness probe is the gate: it waits for it, and its first run decides.
+	p := pod.Spec.Containers[0].ReadinessProbe
+	if p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, []string{InitBinary, "ready", "--wait=30s"}) || p.TimeoutSeconds <= 30 {
+		t.Errorf("readiness probe %+v: want airlock-init ready waiting out the gate timeout", p)
+	}
+}
+
+// The runtime-mismatch message that airlock-init writes is the one the controller looks for.
+func TestRuntimeMismatchPrefixMatchesAirlockInit(t *testing.T) {
+	if RuntimeMismatchPrefix != initproc.RuntimeMismatchPrefix {
+		t.Errorf("sandbox.RuntimeMismatchPrefix %q, airlock-init writes %q", RuntimeMismatchPrefix, initproc.RuntimeMismatchPrefix)
 	}
 }
 
@@ -319,8 +327,14 @@ func TestPodPassesRestrictedPSS(t *testing.T) {
 	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
 		t.Error("a restarted container would silently lose the sandbox's processes: want RestartPolicy Never")
 	}
-	if got := pod.Spec.Containers[0].Command; len(got) != 2 || got[0] != InitBinary || got[1] != "pid1" {
+	if got := pod.Spec.Containers[0].Command; len(got) < 2 || got[0] != InitBinary || got[1] != "pid1" {
 		t.Errorf("PID 1 must be airlock-init pid1, got %v", got)
+	}
+	if len(pod.Spec.InitContainers) != 0 {
+		t.Errorf("one container start: want no init container, got %d", len(pod.Spec.InitContainers))
+	}
+	if v := pod.Spec.Volumes[0]; v.Image == nil || v.Image.Reference != "init:1" || pod.Spec.Containers[0].VolumeMounts[0].SubPath != InitImagePath {
+		t.Errorf("airlock-init must come from an image volume of the init image, got %+v", v)
 	}
 	wd := pod.Spec.Volumes[1].EmptyDir
 	if wd == nil || wd.SizeLimit == nil || wd.SizeLimit.String() != "1Gi" {
@@ -335,9 +349,6 @@ func TestRootPodFailsRestrictedButKeepsNoPrivileges(t *testing.T) {
 	c := pod.Spec.Containers[0].SecurityContext
 	if *c.RunAsUser != 0 || *c.AllowPrivilegeEscalation || len(c.Capabilities.Drop) != 1 {
 		t.Errorf("root sandbox: want uid 0 with no privilege escalation and ALL capabilities dropped, got %+v", c)
-	}
-	if *pod.Spec.InitContainers[0].SecurityContext.RunAsUser != SandboxUID {
-		t.Error("the init container runs as the sandbox user even when commands run as root")
 	}
 }
 
@@ -400,8 +411,8 @@ func TestRestrictedAllowlistReachesOnlyTheProxy(t *testing.T) {
 	if env[NetworkModeEnv] != "restricted" || env["PIP_INDEX_URL"] != "" {
 		t.Errorf("restricted env: %v", env)
 	}
-	if !slices.Contains(pod.Spec.InitContainers[0].Args, ProxyTargetFlag+"10.96.7.7:3128") {
-		t.Errorf("the gate is not told to reach the proxy: %v", pod.Spec.InitContainers[0].Args)
+	if !slices.Contains(pod.Spec.Containers[0].Command, ProxyTargetFlag+"10.96.7.7:3128") {
+		t.Errorf("the gate is not told to reach the proxy: %v", pod.Spec.Containers[0].Command)
 	}
 	if pod.Spec.DNSPolicy != corev1.DNSNone || pod.Spec.DNSConfig.Nameservers[0] != "127.0.0.1" {
 		t.Errorf("want no resolver, got %s %+v", pod.Spec.DNSPolicy, pod.Spec.DNSConfig)
@@ -422,7 +433,7 @@ func TestModeNoneToolsFailFast(t *testing.T) {
 	if env["PIP_INDEX_URL"] != "http://mine/" {
 		t.Errorf("the template's env must win over the defaults, got %q", env["PIP_INDEX_URL"])
 	}
-	if slices.ContainsFunc(pod.Spec.InitContainers[0].Args, func(a string) bool { return strings.HasPrefix(a, ProxyTargetFlag) }) {
+	if slices.ContainsFunc(pod.Spec.Containers[0].Command, func(a string) bool { return strings.HasPrefix(a, ProxyTargetFlag) }) {
 		t.Error("mode None must not probe the proxy")
 	}
 }

@@ -19,16 +19,16 @@ import (
 	"airlock.dev/airlock/internal/controller"
 )
 
-// TestGVisorIsolationIsProvenFromInside: a gVisor sandbox's status says gvisor because its init container saw
-// gVisor's marker and a kernel that is not the node's, and its network gate names the node's kubelet port, the
-// port the Node reports listening. Without runsc's --gvisor-marker-file the sandbox would fail with
-// RuntimeMismatch instead (TestComputeStatusRuntimeIsolation covers that case).
+// TestGVisorIsolationIsProvenFromInside: a gVisor sandbox's status says gvisor because its PID 1 saw gVisor's
+// marker before it served any command, and its network gate names the node's kubelet port, the port the Node
+// reports listening. Without runsc's --gvisor-marker-file the sandbox would fail with RuntimeMismatch instead
+// (TestGateChecksTheRuntime and TestIntegrationRuntimeEvidenceIsChecked cover that case).
 func TestGVisorIsolationIsProvenFromInside(t *testing.T) {
 	ns := newTenant(t)
 	createSandbox(t, ns, "proof")
 	s := waitReady(t, ns, "proof")
 	ev := s.Status.IsolationEvidence
-	if s.Status.Isolation != airlockv1.IsolationGVisor || s.Status.RuntimeHandler != "runsc" || ev == nil || !ev.GVisorMarker {
+	if s.Status.Isolation != airlockv1.IsolationGVisor || s.Status.RuntimeHandler != "runsc" || ev == nil || ev.Proven != airlockv1.IsolationGVisor {
 		t.Fatalf("want isolation gvisor under handler runsc with the marker seen: isolation %q handler %q evidence %+v",
 			s.Status.Isolation, s.Status.RuntimeHandler, ev)
 	}
@@ -41,15 +41,17 @@ func TestGVisorIsolationIsProvenFromInside(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, node); err != nil {
 		t.Fatal(err)
 	}
-	if ev.NodeKernel != node.Status.NodeInfo.KernelVersion || ev.Kernel == ev.NodeKernel {
-		t.Errorf("evidence kernel %q, node kernel %q (Node says %q): want the node's and a different one inside",
-			ev.Kernel, ev.NodeKernel, node.Status.NodeInfo.KernelVersion)
+	if ev.NodeKernel != node.Status.NodeInfo.KernelVersion {
+		t.Errorf("evidence node kernel %q, Node says %q", ev.NodeKernel, node.Status.NodeInfo.KernelVersion)
+	}
+	if res := sh(t, ns, "proof", "uname -r", 30*time.Second); strings.TrimSpace(res.Stdout) == ev.NodeKernel || res.ExitCode != 0 {
+		t.Errorf("uname -r inside is %q (exit %d), the node's is %q: want gVisor's own", res.Stdout, res.ExitCode, ev.NodeKernel)
 	}
 	want := net.JoinHostPort(pod.Status.HostIP, strconv.Itoa(int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)))
 	if ev.GateTarget != want || !strings.Contains(meta.FindStatusCondition(s.Status.Conditions, airlockv1.ConditionNetworkIsolated).Message, want) {
-		t.Errorf("gate target %q (result %q), want the node's kubelet port %s named in NetworkIsolated: %s", ev.GateTarget, ev.Gate, want, describe(s))
+		t.Errorf("gate target %q, want the node's kubelet port %s named in NetworkIsolated: %s", ev.GateTarget, want, describe(s))
 	}
-	t.Logf("isolation %s: kernel %s inside, %s on the node; gate %s %s", s.Status.Isolation, ev.Kernel, ev.NodeKernel, ev.GateTarget, ev.Gate)
+	t.Logf("isolation %s (node kernel %s); gate target %s", s.Status.Isolation, ev.NodeKernel, ev.GateTarget)
 	// The same marker, seen by a command.
 	if res := sh(t, ns, "proof", "cat /proc/gvisor/kernel_is_gvisor", 30*time.Second); strings.TrimSpace(res.Stdout) != "gvisor" {
 		t.Errorf("marker inside: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
@@ -84,7 +86,7 @@ func TestRuncIsRefusedUnlessAllowed(t *testing.T) {
 	host, _ := exec.Command("uname", "-r").Output()
 	ev := s.Status.IsolationEvidence
 	if s.Status.Isolation != airlockv1.IsolationNone || s.Status.RuntimeHandler != "runc" || ev == nil ||
-		ev.Kernel != strings.TrimSpace(string(host)) || ev.Kernel != ev.NodeKernel || ev.GVisorMarker {
+		ev.NodeKernel != strings.TrimSpace(string(host)) || ev.Proven != airlockv1.IsolationNone {
 		t.Fatalf("allowed runc: want isolation none on the host's kernel %q: isolation %q handler %q evidence %+v",
 			strings.TrimSpace(string(host)), s.Status.Isolation, s.Status.RuntimeHandler, ev)
 	}

@@ -93,7 +93,7 @@ func BenchmarkWarmStart(b *testing.B) {
 }
 
 // benchParallelism is AIRLOCK_BENCH_PARALLEL (comma-separated), else 1 and 20. Each sandbox pod requests at
-// least its init container's 100m CPU, so a node needs 2× the parallelism × 100m free: 20 members and 20 cold
+// least 100m CPU, so a node needs 2× the parallelism × 100m free: 20 members and 20 cold
 // sandboxes do not fit on the 2-core local cluster's node.
 func benchParallelism() []int {
 	var out []int

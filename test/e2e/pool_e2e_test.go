@@ -76,7 +76,7 @@ func describeMembers(t testing.TB, ns, pool string) string {
 				fmt.Fprintf(&b, " %s: %s;", c.Type, c.Message)
 			}
 		}
-		for _, c := range append(m.Status.InitContainerStatuses, m.Status.ContainerStatuses...) {
+		for _, c := range m.Status.ContainerStatuses {
 			switch st := c.State; {
 			case st.Waiting != nil:
 				fmt.Fprintf(&b, " %s waiting %s %s;", c.Name, st.Waiting.Reason, st.Waiting.Message)

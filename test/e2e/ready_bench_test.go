@@ -21,12 +21,12 @@ import (
 )
 
 // BenchmarkColdReady compares a cold Sandbox, from create to Ready, with a bare pod of the same image, runtime,
-// resources, env, annotations and security context (the Sandbox's own pod spec, without Airlock's init
-// container and with `sleep` as its command), from create to the pod's Ready condition, for gVisor and runc.
+// resources, env, annotations and security context (the Sandbox's own pod spec, without Airlock's tools volume
+// and readiness probe and with `sleep` as its command), from create to the pod's Ready condition, for gVisor and runc.
 // Rounds alternate (pod, Sandbox, pod, …; AIRLOCK_BENCH_ROUNDS, default 20 each) and each round's objects are
 // deleted, and their deletion awaited, before the next. Each phase is timed as a watch sees it: the
-// Sandbox's policy and pod appear, the pod is scheduled, the init container (the network gate) ends, the
-// sandbox container runs, the pod is Ready, the Sandbox is Ready. Run: make bench-e2e.
+// Sandbox's policy and pod appear, the pod is scheduled, the sandbox container runs, the pod
+// is Ready (PID 1's gate passed: the readiness probe), the Sandbox is Ready. Run: make bench-e2e.
 func BenchmarkColdReady(b *testing.B) {
 	rounds := envInt("AIRLOCK_BENCH_ROUNDS", 20)
 	for _, rc := range []string{"gvisor", "runc"} {
@@ -68,7 +68,7 @@ func BenchmarkColdReady(b *testing.B) {
 }
 
 // sandboxPhases are the marks sandboxReady records, in the order they happen.
-var sandboxPhases = []string{"policy", "pod", "scheduled", "gate done", "container running", "pod ready", "sandbox ready"}
+var sandboxPhases = []string{"policy", "pod", "scheduled", "container running", "pod ready", "sandbox ready"}
 
 func benchNamespace(b *testing.B) string {
 	ctx := context.Background()
@@ -89,8 +89,9 @@ func benchSandbox(ns, name, rc string) *airlockv1.Sandbox {
 		Spec: airlockv1.SandboxSpec{Image: sandboxImage, RuntimeClassName: ptr.To(rc)}}
 }
 
-// barePod is the pod the manager would make for the Sandbox, minus what only Airlock needs: no init
-// container, no tools volume, `sleep` as PID 1, and none of Airlock's labels (the manager ignores it).
+// barePod is the pod the manager would make for the Sandbox, minus what only Airlock needs: no tools (image)
+// volume, `sleep` as PID 1 instead of airlock-init and its gate, no readiness probe, and none of Airlock's
+// labels (the manager ignores it).
 func barePod(b *testing.B, ns, name, rc string) *corev1.Pod {
 	s := benchSandbox(ns, name, rc)
 	r, err := sandbox.Resolve(s, nil, sandbox.DefaultDefaults())
@@ -100,9 +101,8 @@ func barePod(b *testing.B, ns, name, rc string) *corev1.Pod {
 	r.RuntimeHandler = map[string]string{"gvisor": "runsc", "runc": "runc"}[rc] // as the manager resolves it
 	pod := sandbox.BuildPod(s, r, sandbox.DefaultPodOptions(initImage))
 	pod.Labels = map[string]string{"airlock-bench": "bare"}
-	pod.Spec.InitContainers = nil
 	c := &pod.Spec.Containers[0]
-	c.Command = []string{"sleep", "infinity"}
+	c.Command, c.ReadinessProbe = []string{"sleep", "infinity"}, nil
 	c.ImagePullPolicy = corev1.PullNever
 	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == sandbox.ToolsDir })
 	pod.Spec.Volumes = slices.DeleteFunc(pod.Spec.Volumes, func(v corev1.Volume) bool {
@@ -177,11 +177,6 @@ func sandboxReady(b *testing.B, ns, name, rc string) (time.Duration, map[string]
 		out := []string{"pod"}
 		if p.Spec.NodeName != "" {
 			out = append(out, "scheduled")
-		}
-		for _, st := range p.Status.InitContainerStatuses {
-			if st.State.Terminated != nil {
-				out = append(out, "gate done")
-			}
 		}
 		for _, st := range p.Status.ContainerStatuses {
 			if st.State.Running != nil {

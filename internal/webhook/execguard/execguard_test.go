@@ -106,7 +106,7 @@ func TestHandle(t *testing.T) {
 		{"exec into the sandbox container", request(t, "exec", "conv-1", "sandbox"), ""},
 		{"exec into a plain pod", request(t, "exec", "plain", "sandbox"), "no controller owns it"},
 		{"exec into a missing pod", request(t, "exec", "gone", "sandbox"), "does not exist"},
-		{"exec into the init container", request(t, "exec", "conv-1", sandbox.InitContainerName), "only the \"sandbox\" container"},
+		{"exec into another container", request(t, "exec", "conv-1", "debugger"), "only the \"sandbox\" container"},
 		{"exec without a container", request(t, "exec", "conv-1", ""), "only the \"sandbox\" container"},
 		{"attach", request(t, "attach", "conv-1", "sandbox"), "pods/attach is not allowed"},
 		{"portforward", request(t, "portforward", "conv-1", ""), "pods/portforward is not allowed"},

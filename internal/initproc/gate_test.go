@@ -2,7 +2,9 @@ package initproc
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"airlock.dev/airlock/internal/verdict"
 )
 
 func gateDialer() *net.Dialer { return &net.Dialer{Timeout: 100 * time.Millisecond} }
@@ -29,7 +30,7 @@ func TestWaitBlockedReturnsOnceConnectsAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("want success once the address became unreachable: %v", err)
 	}
-	if gate != verdict.GateRefused {
+	if gate != GateRefused {
 		t.Errorf("gate %q, want refused", gate)
 	}
 	if took < 250*time.Millisecond {
@@ -54,7 +55,7 @@ func TestWaitBlockedFailsWhileReachable(t *testing.T) {
 func TestWaitBlockedCountsADropAsTimeout(t *testing.T) {
 	addr := fullBacklogListener(t)
 	gate, _, err := WaitBlocked(gateDialer(), addr, 5*time.Second)
-	if err != nil || gate != verdict.GateTimeout {
+	if err != nil || gate != GateTimeout {
 		t.Fatalf("want gate timeout, got %q, %v", gate, err)
 	}
 }
@@ -75,9 +76,9 @@ func TestBlockedBy(t *testing.T) {
 	connect := func(errno syscall.Errno) error {
 		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", errno)}
 	}
-	for errno, want := range map[syscall.Errno]verdict.Gate{
-		syscall.ECONNREFUSED:  verdict.GateRefused,
-		syscall.EHOSTUNREACH:  verdict.GateProhibited,
+	for errno, want := range map[syscall.Errno]Gate{
+		syscall.ECONNREFUSED:  GateRefused,
+		syscall.EHOSTUNREACH:  GateProhibited,
 		syscall.ENETUNREACH:   "",
 		syscall.EADDRNOTAVAIL: "",
 		syscall.EACCES:        "",
@@ -90,37 +91,43 @@ func TestBlockedBy(t *testing.T) {
 	}
 }
 
-// Setup leaves a verdict the controller can parse: the gate's target and result, and the kernel it runs on.
-func TestSetupWritesVerdict(t *testing.T) {
+// gateOf parses pid1's gate flags as PID1 does, with a termination log in a temp dir.
+func gateOf(t *testing.T, args ...string) *gateConfig {
+	t.Helper()
+	fs := flag.NewFlagSet("pid1", flag.ContinueOnError)
+	var g gateConfig
+	g.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.check(); err != nil {
+		t.Fatal(err)
+	}
+	return &g
+}
+
+// The gate says what it saw in the container's log: the kernel, the marker, the target and how it was blocked.
+func TestGateLogsWhatItSaw(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	host, port, _ := net.SplitHostPort(l.Addr().String())
 	l.Close() // a closed port: refused
-	termLog := filepath.Join(t.TempDir(), "termination-log")
-	if err := os.WriteFile(termLog, nil, 0o644); err != nil {
+	var log bytes.Buffer
+	if err := gateOf(t, "--gate-host", host, "--gate-port", port, "--gate-timeout", "5s").run(&log); err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	if code := Setup([]string{"--install-dir", t.TempDir(), "--gate-host", host, "--gate-port", port,
-		"--gate-timeout", "5s", "--termination-log", termLog}, &stderr); code != 0 {
-		t.Fatalf("setup exit %d: %s", code, stderr.String())
-	}
-	b, _ := os.ReadFile(termLog)
-	v, err := verdict.Parse(string(b))
-	if err != nil {
-		t.Fatalf("termination log %q: %v", b, err)
-	}
 	kernel, _ := kernelRelease()
-	if v.Target != net.JoinHostPort(host, port) || v.Gate != verdict.GateRefused || v.Kernel != kernel || kernel == "" || v.GVisorMarker {
-		t.Errorf("verdict %+v: want target %s:%s, refused, kernel %q, no gVisor marker", v, host, port, kernel)
+	if want := fmt.Sprintf("kernel %s, gVisor marker false; network isolation in effect after", kernel); !strings.Contains(log.String(), want) ||
+		!strings.Contains(log.String(), net.JoinHostPort(host, port)+" refused") {
+		t.Errorf("log %q: want %q and the target refused", log.String(), want)
 	}
 }
 
-// TestSetupReachesTheProxyAfterTheBlock: with a proxy target, the verdict names it only once it was reached;
+// TestGateReachesTheProxyAfterTheBlock: with a proxy target, the gate passes only once the proxy was reached;
 // an unreachable proxy fails the gate with a message that says so.
-func TestSetupReachesTheProxyAfterTheBlock(t *testing.T) {
+func TestGateReachesTheProxyAfterTheBlock(t *testing.T) {
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -132,27 +139,72 @@ func TestSetupReachesTheProxyAfterTheBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	run := func(proxyTarget string) (int, string, string) {
-		termLog := filepath.Join(t.TempDir(), "termination-log")
-		if err := os.WriteFile(termLog, nil, 0o644); err != nil {
-			t.Fatal(err)
+	run := func(proxyTarget string) (error, string) {
+		var log bytes.Buffer
+		err := gateOf(t, "--gate-host", host, "--gate-port", port, "--gate-timeout", "1s", "--proxy-target", proxyTarget).run(&log)
+		return err, log.String()
+	}
+	if err, log := run(proxy.Addr().String()); err != nil || !strings.Contains(log, "egress proxy "+proxy.Addr().String()+" reached") {
+		t.Errorf("reachable proxy: %v, log %q", err, log)
+	}
+	err, _ = run(net.JoinHostPort(host, port)) // nothing listens there
+	if err == nil || !strings.Contains(err.Error(), "the egress proxy") || !strings.Contains(err.Error(), "is not reachable from the sandbox") {
+		t.Errorf("unreachable proxy: %v", err)
+	}
+}
+
+// TestGateChecksTheRuntime: a runtime that is not the promised isolation fails the gate with RuntimeMismatchPrefix,
+// which the controller turns into RuntimeMismatch; what was promised and seen passes.
+func TestGateChecksTheRuntime(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "kernel_is_gvisor")
+	kernel, _ := kernelRelease()
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		marker   bool
+		mismatch bool
+	}{
+		{"gvisor with its marker", []string{"--expect-isolation=gvisor"}, true, false},
+		{"gvisor without the marker", []string{"--expect-isolation=gvisor"}, false, true},
+		{"vm on a kernel no node runs", []string{"--expect-isolation=vm", "--host-kernel=6.1.0-node"}, false, false},
+		{"vm on a node's kernel", []string{"--expect-isolation=vm", "--host-kernel=6.1.0-node", "--host-kernel=" + kernel}, false, true},
+		{"vm that is gVisor", []string{"--expect-isolation=vm", "--host-kernel=6.1.0-node"}, true, true},
+		{"none", nil, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(marker)
+			if tc.marker {
+				_ = os.WriteFile(marker, []byte("gvisor\n"), 0o444)
+			}
+			g := gateOf(t, tc.args...)
+			g.marker = marker
+			err := g.run(io.Discard)
+			if got := err != nil && strings.HasPrefix(err.Error(), RuntimeMismatchPrefix); got != tc.mismatch || (err != nil && !got) {
+				t.Errorf("err %v, want mismatch %v", err, tc.mismatch)
+			}
+		})
+	}
+}
+
+// TestPID1FailsItsGateIntoTheTerminationLog: a gate that fails ends PID 1 with exit 1 and the reason in the
+// termination log, before it serves any command.
+func TestPID1FailsItsGateIntoTheTerminationLog(t *testing.T) {
+	termLog := filepath.Join(t.TempDir(), "termination-log")
+	if err := os.WriteFile(termLog, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if code := PID1([]string{"--expect-isolation=gvisor", "--termination-log", termLog}, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1: %s", code, stderr.String())
+	}
+	if b, _ := os.ReadFile(termLog); !strings.HasPrefix(string(b), RuntimeMismatchPrefix) {
+		t.Errorf("termination log %q: want the runtime mismatch", b)
+	}
+	for _, bad := range [][]string{{"--expect-isolation=kata"}, {"--expect-isolation=vm"}, {"extra"}} {
+		if code := PID1(bad, io.Discard); code != 2 {
+			t.Errorf("%q: exit %d, want 2", bad, code)
 		}
-		var stderr bytes.Buffer
-		code := Setup([]string{"--install-dir", t.TempDir(), "--gate-host", host, "--gate-port", port,
-			"--gate-timeout", "1s", "--proxy-target", proxyTarget, "--termination-log", termLog}, &stderr)
-		b, _ := os.ReadFile(termLog)
-		return code, string(b), stderr.String()
-	}
-	code, log, stderr := run(proxy.Addr().String())
-	if code != 0 {
-		t.Fatalf("setup exit %d: %s", code, stderr)
-	}
-	if v, err := verdict.Parse(log); err != nil || v.Proxy != proxy.Addr().String() {
-		t.Errorf("verdict %q (%v): want proxy=%s", log, err, proxy.Addr())
-	}
-	code, log, _ = run(net.JoinHostPort(host, port)) // nothing listens there
-	if code == 0 || !strings.Contains(log, "the egress proxy") || !strings.Contains(log, "is not reachable from the sandbox") {
-		t.Errorf("unreachable proxy: exit %d, %q", code, log)
 	}
 }
 
@@ -169,26 +221,6 @@ func TestGVisorMarker(t *testing.T) {
 	_ = os.WriteFile(marker, []byte("other\n"), 0o444)
 	if hasGVisorMarker(marker) {
 		t.Error("other content must be no")
-	}
-}
-
-func TestSetupInstallsItselfAndChecksFlags(t *testing.T) {
-	dir := t.TempDir()
-	var stderr bytes.Buffer
-	if code := Setup([]string{"--install-dir", dir}, &stderr); code != 0 {
-		t.Fatalf("setup exit %d: %s", code, stderr.String())
-	}
-	self, _ := os.Executable()
-	want, _ := os.ReadFile(self)
-	got, err := os.ReadFile(filepath.Join(dir, "airlock-init"))
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("installed copy differs from the running binary (err %v)", err)
-	}
-	if fi, _ := os.Stat(filepath.Join(dir, "airlock-init")); fi.Mode().Perm() != 0o555 {
-		t.Errorf("mode %v, want r-xr-xr-x", fi.Mode().Perm())
-	}
-	if code := Setup(nil, &stderr); code != 2 {
-		t.Errorf("missing --install-dir: exit %d, want 2", code)
 	}
 }
 

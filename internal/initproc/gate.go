@@ -1,0 +1,223 @@
+package initproc
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// terminationLog is where Kubernetes reads a container's last words into its status (Terminated.Message).
+const terminationLog = "/dev/termination-log"
+
+// gvisorMarker exists only under gVisor, and only with runsc's --gvisor-marker-file (docs/runtimes.md).
+const gvisorMarker = "/proc/gvisor/kernel_is_gvisor"
+
+// RuntimeMismatchPrefix starts the termination message of a pod whose runtime, seen from inside, is not the
+// isolation its RuntimeClass promised: the controller fails the Sandbox with RuntimeMismatch on it.
+const RuntimeMismatchPrefix = "runtime mismatch: "
+
+// Expected isolations (--expect-isolation), as the controller derives them from the RuntimeClass handler.
+const (
+	ExpectGVisor = "gvisor"
+	ExpectVM     = "vm"
+	ExpectNone   = "none"
+)
+
+// Gate says how the network gate saw its target blocked. Each is something a policy does to a port that is
+// known to listen; "nothing listens" and "no route" are not among them.
+type Gate string
+
+const (
+	// GateRefused is a reject: a RST or ICMP port-unreachable (ECONNREFUSED).
+	GateRefused Gate = "refused"
+	// GateTimeout is a drop: the connection attempt got no answer within the dial timeout.
+	GateTimeout Gate = "timeout"
+	// GateProhibited is an ICMP host- or admin-prohibited reject (EHOSTUNREACH).
+	GateProhibited Gate = "prohibited"
+)
+
+// gateConfig is what PID 1 proves before it serves any command: the runtime's isolation, then the network
+// policy's. NetworkPolicy enforcers program a new pod's rules only after it has an IP, so a pod can reach out
+// for a moment after it starts; no command may run in that window.
+type gateConfig struct {
+	host, proxyTarget string
+	port              int
+	timeout           time.Duration
+	expect            string
+	hostKernels       []string
+	termLog           string
+	marker            string
+}
+
+// bind registers the gate's flags on fs.
+func (g *gateConfig) bind(fs *flag.FlagSet) {
+	fs.StringVar(&g.host, "gate-host", "", "host of an address that listens and that the sandbox's policy blocks, e.g. the node IP; empty skips the network gate")
+	fs.IntVar(&g.port, "gate-port", 10250, "port on gate-host that listens but is blocked by the sandbox's policy (the kubelet's)")
+	fs.DurationVar(&g.timeout, "gate-timeout", 30*time.Second, "how long to wait for isolation before failing the pod")
+	fs.StringVar(&g.proxyTarget, "proxy-target", "", "host:port of the egress proxy, which must be reached once the gate target is blocked (Restricted sandboxes with an allowlist)")
+	fs.StringVar(&g.expect, "expect-isolation", ExpectNone, "isolation the runtime must give, checked from inside: gvisor (gVisor's marker file), vm (a kernel no node runs) or none")
+	fs.Func("host-kernel", "a kernel release the nodes run (repeatable): under --expect-isolation=vm the pod's kernel must be none of them", func(s string) error {
+		g.hostKernels = append(g.hostKernels, s)
+		return nil
+	})
+	fs.StringVar(&g.termLog, "termination-log", terminationLog, "file a failure is written to (Kubernetes creates it)")
+	g.marker = gvisorMarker
+}
+
+// check validates the flags.
+func (g *gateConfig) check() error {
+	switch g.expect {
+	case ExpectGVisor, ExpectNone:
+	case ExpectVM:
+		if len(g.hostKernels) == 0 {
+			return errors.New("--expect-isolation=vm needs the nodes' kernels (--host-kernel)")
+		}
+	default:
+		return fmt.Errorf("--expect-isolation %q is not gvisor, vm or none", g.expect)
+	}
+	if g.host != "" && (g.port <= 0 || g.port > 65535) {
+		return fmt.Errorf("--gate-port %d is not a port", g.port)
+	}
+	return nil
+}
+
+// run proves the runtime's isolation, then waits until the network policy is in effect, and says what it saw
+// on log (the container's log). Its error goes into the termination log as well, so it shows in the Sandbox.
+func (g *gateConfig) run(log io.Writer) error {
+	kernel, err := kernelRelease()
+	if err != nil {
+		return fmt.Errorf("reading the kernel release: %w", err)
+	}
+	marker := hasGVisorMarker(g.marker)
+	if err := g.checkRuntime(kernel, marker); err != nil {
+		return err
+	}
+	if g.host == "" {
+		fmt.Fprintf(log, "airlock-init: kernel %s, gVisor marker %t; no network gate\n", kernel, marker)
+		return nil
+	}
+	target := net.JoinHostPort(g.host, strconv.Itoa(g.port))
+	gate, took, err := WaitBlocked(&net.Dialer{Timeout: 150 * time.Millisecond}, target, g.timeout)
+	if err != nil {
+		return err
+	}
+	proxy := ""
+	if g.proxyTarget != "" {
+		// Only after the block: before the policy applies everything is reachable, which proves nothing.
+		if err := WaitReachable(&net.Dialer{Timeout: time.Second}, g.proxyTarget, max(g.timeout-took, time.Second)); err != nil {
+			return err
+		}
+		proxy = ", egress proxy " + g.proxyTarget + " reached"
+	}
+	fmt.Fprintf(log, "airlock-init: kernel %s, gVisor marker %t; network isolation in effect after %s: %s %s%s\n",
+		kernel, marker, took.Round(time.Millisecond), target, gate, proxy)
+	return nil
+}
+
+// checkRuntime refuses a runtime that is not the isolation the RuntimeClass promised: gVisor proves itself by
+// its marker, a VM by a kernel that none of the nodes runs.
+func (g *gateConfig) checkRuntime(kernel string, marker bool) error {
+	switch {
+	case g.expect == ExpectGVisor && !marker:
+		return fmt.Errorf("%sthe RuntimeClass should give gVisor isolation, but from inside the pod the kernel is %q and gVisor's marker %s is absent (runsc proves gVisor with it: enable gvisor-marker-file in the runsc config, docs/runtimes.md)",
+			RuntimeMismatchPrefix, kernel, g.marker)
+	case g.expect == ExpectVM && marker:
+		return fmt.Errorf("%sthe RuntimeClass should give a VM, but gVisor's marker is present: this is gVisor", RuntimeMismatchPrefix)
+	case g.expect == ExpectVM && slices.Contains(g.hostKernels, kernel):
+		return fmt.Errorf("%sthe RuntimeClass should give a VM, but from inside the pod the kernel is %q, which a node runs: this is the node's own kernel",
+			RuntimeMismatchPrefix, kernel)
+	}
+	return nil
+}
+
+// WaitBlocked dials target until an attempt is blocked the way a policy blocks a port that listens: refused
+// (a reject), timed out (a drop) or host/admin-prohibited, and returns which and how long that took. A
+// connection that succeeds means the policy is not yet in effect: it is closed and retried. Any other error
+// (no route, network unreachable, an address error) proves nothing, since it is not the policy's doing: it
+// is retried too, and reported if it lasts until the deadline.
+func WaitBlocked(d *net.Dialer, target string, timeout time.Duration) (Gate, time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		conn, err := d.Dial("tcp", target)
+		if err == nil {
+			_ = conn.Close()
+		} else if gate, ok := blockedBy(err); ok {
+			return gate, time.Since(start), nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return "", 0, fmt.Errorf("network isolation not proven after %s: dialing %s fails with %v, which is not a policy's reject or drop (is the gate target right? the manager's --gate-target)", timeout, target, err)
+			}
+			return "", 0, fmt.Errorf("network isolation not in effect after %s: %s is still reachable from the sandbox (is a NetworkPolicy enforcer running?)", timeout, target)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WaitReachable dials target until a connection succeeds: the egress proxy, which a Restricted sandbox's
+// policy allows, must be reachable once the policy is in effect.
+func WaitReachable(d *net.Dialer, target string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		conn, err := d.Dial("tcp", target)
+		if err == nil {
+			return conn.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the egress proxy %s is not reachable from the sandbox after %s (%v): is it running (its Deployment in the Airlock namespace), and does a NetworkPolicy enforcer let its pods be reached?", target, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// blockedBy classifies a dial error: only what a policy does to a listening port counts.
+func blockedBy(err error) (Gate, bool) {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return GateTimeout, true
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return GateRefused, true
+	case errors.Is(err, syscall.EHOSTUNREACH):
+		return GateProhibited, true
+	}
+	return "", false
+}
+
+func kernelRelease() (string, error) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "", err
+	}
+	return unix.ByteSliceToString(u.Release[:]), nil
+}
+
+// hasGVisorMarker reports whether gVisor's marker file says so. Any doubt is "no": a sandbox that should be
+// gVisor then fails as unproven rather than being trusted.
+func hasGVisorMarker(path string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && strings.TrimSpace(string(b)) == "gvisor"
+}
+
+// writeTerminationLog writes msg to the termination log, which Kubernetes creates; outside a pod there is none.
+func writeTerminationLog(stderr io.Writer, path, msg string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err == nil {
+		_, err = f.WriteString(msg)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintln(stderr, "airlock-init: writing termination log:", err)
+	}
+}
