@@ -159,8 +159,8 @@ func TestComputeStatusRuntimeIsolation(t *testing.T) {
 		isolation airlockv1.Isolation
 		message   string
 	}{
-		"gVisor proven":                     {"runsc", gvisorEvidence(), strict, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationGVisor, ""},
-		"kata proven by its own kernel":     {"kata-qemu", vm, strict, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationKata, ""},
+		"gVisor proven":                 {"runsc", gvisorEvidence(), strict, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationGVisor, ""},
+		"kata proven by its own kernel": {"kata-qemu", vm, strict, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationKata, ""},
 		"runsc proved nothing (made when it was not isolating)": {"runsc", host, strict, airlockv1.PhaseFailed, "False/RuntimeMismatch", airlockv1.IsolationNone, `handler "runsc" should give gVisor`},
 		"kata proved gVisor":                {"kata", gvisorEvidence(), allowing, airlockv1.PhaseFailed, "False/RuntimeMismatch", airlockv1.IsolationGVisor, "a VM"},
 		"runc refused":                      {"runc", host, strict, airlockv1.PhaseFailed, "False/RuntimeNotIsolating", airlockv1.IsolationNone, "--allow-unisolated-runtimes"},
@@ -226,8 +226,12 @@ func TestBuildEvidence(t *testing.T) {
 	good := podWith(func(*sandbox.PodOptions) {})
 	otherPort := podWith(func(o *sandbox.PodOptions) { o.GatePort = 10255 })
 	configured := podWith(func(o *sandbox.PodOptions) { o.GateTarget = "10.123.0.1:10255" })
-	vm := podWith(func(o *sandbox.PodOptions) { o.Isolation, o.HostKernels = airlockv1.IsolationKata, []string{"6.1.0-host"} })
-	vmElsewhere := podWith(func(o *sandbox.PodOptions) { o.Isolation, o.HostKernels = airlockv1.IsolationKata, []string{"6.1.0-other"} })
+	vm := podWith(func(o *sandbox.PodOptions) {
+		o.Isolation, o.HostKernels = airlockv1.IsolationKata, []string{"6.1.0-host"}
+	})
+	vmElsewhere := podWith(func(o *sandbox.PodOptions) {
+		o.Isolation, o.HostKernels = airlockv1.IsolationKata, []string{"6.1.0-other"}
+	})
 	older := podWith(func(*sandbox.PodOptions) {})
 	older.Spec.Containers[0].Command = []string{sandbox.InitBinary, "pid1"}
 	tests := map[string]struct {

@@ -282,7 +282,6 @@ func (r *SandboxReconciler) observeIsolation(ctx context.Context, sbx *airlockv1
 	return nil
 }
 
-
 // observeRuntime reads, once, what the pod's gate proved, once it passed (the pod's readiness probe), with the
 // node the pod runs on: the evidence for NetworkIsolated and status.isolation. Once recorded in status it is
 // not read again: the gate runs once, before any command.

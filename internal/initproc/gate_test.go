@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 func gateDialer() *net.Dialer { return &net.Dialer{Timeout: 100 * time.Millisecond} }
