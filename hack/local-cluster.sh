@@ -709,6 +709,35 @@ cmd_env() {
 	EOF
 }
 
+# cmd_kill NAME: SIGKILL one daemon, found by its pidfile (fault tests in test/e2e). Everything else, and every
+# host change, stays: `start NAME` brings it back.
+cmd_kill() {
+	require_root
+	local name="${1:?usage: hack/local-cluster.sh kill DAEMON}" pid i
+	daemon_bin "${name}" >/dev/null
+	pid="$(pid_of "${name}")" || die "${name} is not running"
+	kill -KILL "${pid}"
+	for i in $(seq 100); do alive "${pid}" || return 0; sleep 0.05; done
+	die "${name} (pid ${pid}) did not die"
+}
+
+# cmd_start NAME: start one stopped daemon of a cluster that is otherwise up (after `kill`), with the arguments
+# `up` gives it, and wait until it serves.
+cmd_start() {
+	require_root
+	local name="${1:?usage: hack/local-cluster.sh start DAEMON}"
+	daemon_bin "${name}" >/dev/null
+	[[ -f "${HOSTSNAP}/complete" ]] || die "the cluster is not up (hack/local-cluster.sh up starts all of it)"
+	case "${name}" in
+		etcd) start_etcd ;;
+		kube-apiserver) start_apiserver ;;
+		kube-controller-manager | kube-scheduler) start_controllers ;;
+		containerd) start_containerd ;;
+		kubelet) start_kubelet ;;
+		kube-proxy | kube-router) start_network_daemons ;;
+	esac
+}
+
 # Sourcing the script (for debugging single steps) defines everything and runs nothing.
 [[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 case "${1:-}" in
@@ -716,5 +745,7 @@ case "${1:-}" in
 	down) shift; cmd_down "$@" ;;
 	status) cmd_status ;;
 	env) cmd_env ;;
-	*) die "usage: hack/local-cluster.sh up|down [--purge]|status|env" ;;
+	kill) shift; cmd_kill "$@" ;;
+	start) shift; cmd_start "$@" ;;
+	*) die "usage: hack/local-cluster.sh up|down [--purge]|status|env|kill DAEMON|start DAEMON" ;;
 esac

@@ -1,10 +1,9 @@
 // Command airlock-init is Airlock's only binary inside a sandbox. It is static and needs nothing from the
 // image. Subcommands:
 //
-//	pid1    (sandbox container) prove the runtime's and the network's isolation (the gate), then stay alive,
-//	        reap orphans, supervise every command, and kill the largest command before the sandbox runs out
-//	        of memory (env AIRLOCK_MEMORY_GUARD: headroom in MiB, or off)
-//	ready   (readiness probe) exit 0 once pid1's gate passed and it serves commands
+//	pid1    (sandbox container) prove the runtime's and the network's isolation (the gate), then open the
+//	        readiness port, stay alive, reap orphans, supervise every command, and kill the largest command
+//	        before the sandbox runs out of memory (env AIRLOCK_MEMORY_GUARD: headroom in MiB, or off)
 //	exec    (each exec) hand the request on stdin to pid1, which runs the command and writes its output
 //	status  (after a lost exec) read a run's outcome back from pid1
 //	ctl     list background processes, read their output, write their stdin, signal or kill them
@@ -22,10 +21,9 @@ const usage = `Usage: airlock-init <command> [flags]
 
 Commands:
   pid1    run as the sandbox container's PID 1: first prove the runtime's isolation and wait until the
-          network policy is in effect (the gate: pid1 --help), then reap orphans and supervise every
-          command; its memory guard kills the largest command above the memory limit minus
+          network policy is in effect (the gate: pid1 --help), then open the readiness port
+          (--ready-port), reap orphans and supervise every command; its memory guard kills the largest command above the memory limit minus
           AIRLOCK_MEMORY_GUARD MiB (default 160; off disables it)
-  ready   the readiness probe: exit 0 once pid1's gate passed (waits up to --wait)
   exec    run one command through pid1; the request is a frame on stdin, never in argv
   status  print the outcome of a run (request frame on stdin)
   ctl     list, read output of, write stdin to, signal or kill runs (request frame on stdin)
@@ -42,8 +40,6 @@ func main() {
 	}
 	args := os.Args[2:]
 	switch os.Args[1] {
-	case "ready":
-		os.Exit(runwrap.ReadyMain(args))
 	case "pid1":
 		os.Exit(initproc.PID1(args, os.Stderr))
 	case "exec":

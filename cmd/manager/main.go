@@ -45,7 +45,7 @@ func run() error {
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to (HTTPS, for callers the API server authorizes for GET /metrics); \"0\" disables it.")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	fs.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
-	fs.StringVar(&podOpts.InitImage, "init-image", podOpts.InitImage, "Image that holds /airlock-init; it is installed into every sandbox pod.")
+	fs.StringVar(&podOpts.InitImage, "init-image", podOpts.InitImage, "Image that holds /usr/local/bin/airlock-init; every sandbox pod mounts it read-only as an image volume (Kubernetes 1.36+) and runs it as PID 1.")
 	fs.StringVar(&defaults.RuntimeClassName, "default-runtime-class", defaults.RuntimeClassName, "Runtime class of sandboxes whose spec and template name none.")
 	fs.DurationVar(&defaults.Timeout, "default-timeout", defaults.Timeout, "Lifetime of sandboxes whose spec and template set none.")
 	fs.DurationVar(&defaults.MaxTimeout, "max-timeout", defaults.MaxTimeout, "Cap on every sandbox's lifetime (at most 24h, the API's own cap).")

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -167,7 +168,8 @@ func TestIntegrationCreateMakesIsolatedPodAndPolicy(t *testing.T) {
 	g.Expect(main.Command[:2]).To(Equal([]string{sandbox.InitBinary, "pid1"}))
 	g.Expect(main.Command).To(ContainElements("--expect-isolation=gvisor", "--gate-port=10250"))
 	g.Expect(spec.InitContainers).To(BeEmpty(), "one container start: airlock-init comes from an image volume")
-	g.Expect(main.ReadinessProbe.Exec.Command).To(Equal([]string{sandbox.InitBinary, "ready", "--wait=30s"}))
+	g.Expect(main.ReadinessProbe.HTTPGet.Port.IntValue()).To(Equal(sandbox.ReadyPort))
+	g.Expect(main.Command).To(ContainElement(fmt.Sprintf("--ready-port=%d", sandbox.ReadyPort)))
 	g.Expect(*main.SecurityContext.AllowPrivilegeEscalation).To(BeFalse())
 	g.Expect(main.SecurityContext.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {

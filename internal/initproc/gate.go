@@ -57,6 +57,7 @@ type gateConfig struct {
 	hostKernels       []string
 	termLog           string
 	marker            string
+	readyPort         int
 }
 
 // bind registers the gate's flags on fs.
@@ -71,6 +72,7 @@ func (g *gateConfig) bind(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&g.termLog, "termination-log", terminationLog, "file a failure is written to (Kubernetes creates it)")
+	fs.IntVar(&g.readyPort, "ready-port", 0, "TCP port that answers HTTP 200 once the gate passed (the pod's httpGet readiness probe); 0: none")
 	g.marker = gvisorMarker
 }
 
@@ -87,6 +89,9 @@ func (g *gateConfig) check() error {
 	}
 	if g.host != "" && (g.port <= 0 || g.port > 65535) {
 		return fmt.Errorf("--gate-port %d is not a port", g.port)
+	}
+	if g.readyPort < 0 || g.readyPort > 65535 {
+		return fmt.Errorf("--ready-port %d is not a port", g.readyPort)
 	}
 	return nil
 }
@@ -220,4 +225,78 @@ func writeTerminationLog(stderr io.Writer, path, msg string) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintln(stderr, "airlock-init: writing termination log:", err)
 	}
+}
+
+// readyServer is the readiness port: the kubelet's httpGet probe. It listens from PID 1's start, and holds each
+// request until the gate passed (then 200) or for holdFor (then 503): so the kubelet's first probe, made as soon
+// as it sees the container run, is answered the moment the gate passes instead of failing and waiting for the
+// next period. It reads at most a request's head and sends a fixed answer, nothing else.
+type readyServer struct {
+	ln      net.Listener
+	passed  chan struct{}
+	holdFor time.Duration
+	log     io.Writer
+}
+
+const (
+	readyHold      = 8 * time.Second // below the probe's timeoutSeconds (internal/sandbox)
+	readyHeadLimit = 4 << 10
+	readyOK        = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\ngate passed\n"
+	readyPending   = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 13\r\nConnection: close\r\n\r\ngate pending\n"
+)
+
+// listenReady opens the readiness port (nil without one).
+func listenReady(port int, log io.Writer) (*readyServer, error) {
+	if port == 0 {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("opening the readiness port: %w", err)
+	}
+	s := &readyServer{ln: ln, passed: make(chan struct{}), holdFor: readyHold, log: log}
+	go s.serve()
+	return s, nil
+}
+
+// pass says the gate passed: held and later requests get 200.
+func (s *readyServer) pass() {
+	if s != nil {
+		close(s.passed)
+	}
+}
+
+func (s *readyServer) serve() {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				fmt.Fprintln(s.log, "airlock-init pid1: readiness port:", err)
+			}
+			return
+		}
+		go s.answer(c)
+	}
+}
+
+// answer reads the request's head (bounded in size and time), then answers once the gate passed or holdFor ends.
+func (s *readyServer) answer(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(s.holdFor + time.Second))
+	head := make([]byte, 0, 512)
+	buf := make([]byte, 512)
+	for !strings.Contains(string(head), "\r\n\r\n") {
+		n, err := c.Read(buf)
+		if err != nil || len(head)+n > readyHeadLimit {
+			return
+		}
+		head = append(head, buf[:n]...)
+	}
+	reply := readyOK
+	select {
+	case <-s.passed:
+	case <-time.After(s.holdFor):
+		reply = readyPending
+	}
+	_, _ = io.WriteString(c, reply)
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -263,4 +265,48 @@ func fullBacklogListener(t *testing.T) string {
 	}
 	t.Fatalf("the accept queue of %s never filled", addr)
 	return ""
+}
+
+// A probe not answered within the hold gets 503, so the kubelet counts a failure and asks again; one made after
+// the gate passed gets 200 at once; a request that never ends its head gets nothing.
+func TestReadyServerHoldsThenAnswers(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	p, _ := strconv.Atoi(port)
+	s, err := listenReady(p, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.ln.Close()
+	s.holdFor = 300 * time.Millisecond
+	get := func() (int, time.Duration) {
+		start := time.Now()
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://127.0.0.1:" + port + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, time.Since(start)
+	}
+	if code, took := get(); code != http.StatusServiceUnavailable || took < 300*time.Millisecond {
+		t.Errorf("before the gate: %d after %s, want 503 after the hold", code, took)
+	}
+	s.pass()
+	if code, took := get(); code != http.StatusOK || took > time.Second {
+		t.Errorf("after the gate: %d after %s, want 200 at once", code, took)
+	}
+	c, err := net.Dial("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte("GET / HTTP/1.1\r\n")) // no end of head
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if n, _ := c.Read(make([]byte, 64)); n != 0 {
+		t.Errorf("an unfinished request head got %d bytes of answer", n)
+	}
 }

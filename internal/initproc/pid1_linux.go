@@ -23,8 +23,8 @@ import (
 //
 // Before it serves any command it runs the gate (gate.go): the runtime must be the isolation its RuntimeClass
 // promised and the sandbox's NetworkPolicy must be in effect. Until then its socket does not exist, so no
-// command can run and `airlock-init ready`, the pod's readiness probe, fails; if the gate fails, PID 1 exits 1
-// with the reason in the termination log and the pod fails.
+// command can run, and its readiness port (--ready-port, the pod's httpGet readiness probe) holds its answer;
+// if the gate fails, PID 1 exits 1 with the reason in the termination log and the pod fails.
 func PID1(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pid1", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -53,6 +53,11 @@ func PID1(args []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	ready, err := listenReady(gate.readyPort, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock-init pid1: %v\n", err)
+		return 1
+	}
 	gated := make(chan error, 1)
 	go func() { gated <- gate.run(stderr) }()
 	for waiting := true; waiting; {
@@ -78,6 +83,8 @@ func PID1(args []string, stderr io.Writer) int {
 		return 1
 	}
 	defer ln.Close()
+	// Last: the readiness port says the gate passed and commands are served.
+	ready.pass()
 	if headroom, on, err := runwrap.ParseMemoryGuard(os.Getenv(runwrap.MemoryGuardEnv)); err != nil {
 		fmt.Fprintf(stderr, "airlock-init pid1: %v\n", err)
 		return 1

@@ -1,7 +1,6 @@
 package runwrap
 
 import (
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -123,47 +122,4 @@ func dialSupervisor() (*net.UnixConn, error) {
 		lastErr = err
 	}
 	return nil, fmt.Errorf("connect to the supervisor in PID 1 (%s; it listens once the sandbox's network gate passed): %w", addr, lastErr)
-}
-
-// ReadyMain is `airlock-init ready`, the sandbox pod's readiness probe: it exits 0 once PID 1 answers, which it
-// does only after its gate passed (internal/initproc), and waits up to --wait for that, so that the kubelet's
-// first probe, run as soon as the container starts, is the one that sees the gate pass.
-func ReadyMain(args []string) int {
-	fs := flag.NewFlagSet("ready", flag.ContinueOnError)
-	wait := fs.Duration("wait", 30*time.Second, "how long to wait for PID 1's gate to pass")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	deadline := time.Now().Add(*wait)
-	for {
-		err := ping()
-		if err == nil {
-			return 0
-		}
-		if time.Now().After(deadline) {
-			fmt.Fprintf(os.Stderr, "airlock-init ready: PID 1 serves no commands yet (its network gate has not passed): %v\n", err)
-			return 1
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// ping asks PID 1 whether it serves commands.
-func ping() error {
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socketAddr(), Net: "unix"})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if err := sendFrameFiles(c, &Request{Op: OpReady}, nil); err != nil {
-		return err
-	}
-	var rep Reply
-	if err := ReadFrame(c, &rep); err != nil {
-		return err
-	}
-	if !rep.Known {
-		return fmt.Errorf("unexpected reply %+v", rep)
-	}
-	return nil
 }

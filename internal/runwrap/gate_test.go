@@ -2,6 +2,7 @@ package runwrap
 
 import (
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +14,9 @@ import (
 )
 
 // TestNoCommandBeforeTheGate: PID 1 whose network gate waits (its target still accepts connections, as before
-// the policy is in effect) serves nothing: the readiness probe fails and an exec runs no command. Once the target
-// is blocked, the probe passes and commands run. With PID 1 listening before its gate (the socket bound first),
-// the exec below creates the file and the test fails.
+// the policy is in effect) serves nothing: its readiness port holds its answer and an exec runs no command. Once
+// the target is blocked, the held probe gets 200 at once and commands run. With PID 1 listening before its gate (the socket bound
+// first), the exec below creates the file and the test fails.
 func TestNoCommandBeforeTheGate(t *testing.T) {
 	target, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -33,8 +34,15 @@ func TestNoCommandBeforeTheGate(t *testing.T) {
 	host, port, _ := net.SplitHostPort(target.Addr().String())
 	sock := "@airlock-gate-test-" + filepath.Base(t.TempDir())
 	env := append(os.Environ(), SocketEnv+"="+sock)
+	readyLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readyAddr := readyLn.Addr().String()
+	_, readyPort, _ := net.SplitHostPort(readyAddr)
+	readyLn.Close() // a free port for PID 1's readiness port
 	pid1 := child.DieWithParent(exec.Command(wrapperBin, "pid1", "--gate-host", host, "--gate-port", port, "--gate-timeout", "60s",
-		"--termination-log", filepath.Join(t.TempDir(), "termination-log")))
+		"--ready-port", readyPort, "--termination-log", filepath.Join(t.TempDir(), "termination-log")))
 	pid1.Env = env
 	pid1.Stderr = os.Stderr
 	if err := pid1.Start(); err != nil {
@@ -42,15 +50,28 @@ func TestNoCommandBeforeTheGate(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = pid1.Process.Kill(); _ = pid1.Wait() })
 
-	ready := func(wait string) (int, string) {
-		cmd := child.DieWithParent(exec.Command(wrapperBin, "ready", "--wait", wait))
-		cmd.Env = env
-		out, _ := cmd.CombinedOutput()
-		return cmd.ProcessState.ExitCode(), string(out)
+	// The kubelet's probe, made before the gate passed: held until it does.
+	type answer struct {
+		status int
+		at     time.Time
+		err    error
 	}
-	if code, out := ready("500ms"); code != 1 || !strings.Contains(out, "network gate has not passed") {
-		t.Fatalf("ready before the gate: exit %d %q, want 1 and why", code, out)
-	}
+	probed := make(chan answer, 1)
+	go func() {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			resp, err := (&http.Client{Timeout: 30 * time.Second}).Get("http://" + readyAddr + "/")
+			if err != nil && time.Now().Before(deadline) {
+				continue // PID 1 is not listening yet
+			}
+			if err != nil {
+				probed <- answer{err: err}
+				return
+			}
+			resp.Body.Close()
+			probed <- answer{status: resp.StatusCode, at: time.Now()}
+			return
+		}
+	}()
 	made := filepath.Join(t.TempDir(), "ran")
 	cmd := wrapperCmd(t, "--", "/bin/sh", "-c", "touch "+made)
 	cmd.Env = env
@@ -61,9 +82,16 @@ func TestNoCommandBeforeTheGate(t *testing.T) {
 	}
 	t.Logf("exec before the gate: exit %d after %s: %s", res.code, time.Since(start).Round(time.Millisecond), strings.TrimSpace(res.stderr))
 
+	select {
+	case a := <-probed:
+		t.Fatalf("the readiness probe was answered before the gate passed: %+v", a)
+	default:
+	}
 	target.Close() // the "policy" is in effect: connects are refused
-	if code, out := ready("10s"); code != 0 {
-		t.Fatalf("ready after the gate: exit %d %q", code, out)
+	passed := time.Now()
+	a := <-probed
+	if a.err != nil || a.status != http.StatusOK || a.at.Sub(passed) > 2*time.Second {
+		t.Fatalf("the held readiness probe after the gate: %+v, %s after the block", a, a.at.Sub(passed))
 	}
 	cmd = wrapperCmd(t, "--", "/bin/sh", "-c", "touch "+made)
 	cmd.Env = env

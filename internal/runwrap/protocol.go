@@ -32,9 +32,6 @@ const (
 	OpStdin  = "stdin"
 	OpSignal = "signal"
 	OpKill   = "kill"
-	// OpReady answers once PID 1 serves commands: its gate passed (the
-	// readiness probe, `airlock-init ready`).
-	OpReady = "ready"
 	// opMemoryKill, from PID 1 to a keeper: the memory guard chose this run;
 	// kill the command now and say so in the trailer.
 	opMemoryKill = "memory_kill"

@@ -167,9 +167,6 @@ func (s *Supervisor) serve(c *net.UnixConn) {
 	case OpList, OpOutput, OpStdin, OpSignal, OpKill:
 		closeAll(files)
 		_ = WriteFrame(c, s.control(&req))
-	case OpReady:
-		closeAll(files)
-		_ = WriteFrame(c, &Reply{Known: true})
 	default:
 		closeAll(files)
 		_ = WriteFrame(c, &Reply{Error: fmt.Sprintf("unknown op %q", req.Op)})

@@ -5,10 +5,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
@@ -113,9 +113,12 @@ const (
 	workdirVolume = "workdir"
 	// nodeIPEnv carries the node's IP (the gate's target) into PID 1's arguments.
 	nodeIPEnv = "AIRLOCK_NODE_IP"
-	// readinessPeriod: once the gate passed the probe has nothing left to learn (the controller keeps the
-	// verdict), so it runs every few minutes instead of every few seconds, each run being a process start.
-	readinessPeriod int32 = 300
+	// ReadyPort is where PID 1 answers the pod's readiness probe, an httpGet from the kubelet (Kubernetes lets
+	// a pod's own node reach it whatever its policies say): 200 once its gate passed, and until then it holds
+	// the request, so that the kubelet's first probe, made as soon as it sees the container run, returns the
+	// moment the gate passes. An HTTP probe costs the node next to nothing, so it can run every second (an exec
+	// probe costs ~45 ms of CPU under gVisor), which also bounds the kubelet's occasional missed first probe.
+	ReadyPort = 31415
 	// terminationGrace is short: a sandbox holds no state worth a graceful shutdown once it is being deleted.
 	terminationGrace int64 = 2
 )
@@ -158,6 +161,7 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 		GatePortFlag + gatePort,
 		"--gate-timeout=" + o.GateTimeout.Duration.String(),
 		ExpectIsolationFlag + expectFlag[o.Isolation],
+		"--ready-port=" + strconv.Itoa(ReadyPort),
 	}
 	if o.Isolation == airlockv1.IsolationKata {
 		for _, k := range o.HostKernels {
@@ -171,9 +175,6 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 	// The gate's target. Commands inherit it too: the node's IP is no secret to a pod, it is its way out.
 	env = append([]corev1.EnvVar{{Name: nodeIPEnv,
 		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}}}, env...)
-	// The readiness probe is PID 1's gate: its first run, right after the container starts, waits for the gate
-	// to pass, and it is the signal the controller reads. After that it only needs to run rarely.
-	waitGate := o.GateTimeout.Duration + 5*time.Second
 
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -212,12 +213,13 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 				VolumeMounts: append([]corev1.VolumeMount{
 					{Name: toolsVolume, MountPath: ToolsDir, SubPath: InitImagePath, ReadOnly: true},
 				}, workMounts...),
+				// The gate, as the controller reads it. Once passed it stays passed in the Sandbox's status.
 				ReadinessProbe: &corev1.Probe{
-					ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{InitBinary, "ready", "--wait=" + o.GateTimeout.Duration.String()}}},
-					TimeoutSeconds:   int32(waitGate / time.Second),
-					PeriodSeconds:    readinessPeriod,
+					ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(ReadyPort), Path: "/"}},
+					TimeoutSeconds:   10, // more than PID 1 holds a request (initproc.readyHold)
+					PeriodSeconds:    1,
 					SuccessThreshold: 1,
-					FailureThreshold: 1,
+					FailureThreshold: 3,
 				},
 			}},
 			Volumes: append([]corev1.Volume{

@@ -198,10 +198,10 @@ func TestGateTargetInPod(t *testing.T) {
 	if iso, kernels := ExpectedIsolationOf(pod); iso != airlockv1.IsolationKata || !slices.Equal(kernels, o.HostKernels) || !slices.Contains(args, "--expect-isolation=vm") {
 		t.Errorf("expected isolation read back %q %v from %v", iso, kernels, args)
 	}
-	// The readiness probe is the gate: it waits for it, and its first run decides.
+	// The readiness probe is the gate: PID 1's port, opened once it passed.
 	p := pod.Spec.Containers[0].ReadinessProbe
-	if p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, []string{InitBinary, "ready", "--wait=30s"}) || p.TimeoutSeconds <= 30 {
-		t.Errorf("readiness probe %+v: want airlock-init ready waiting out the gate timeout", p)
+	if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.IntValue() != ReadyPort || !slices.Contains(args, "--ready-port=31415") {
+		t.Errorf("readiness probe %+v: want an httpGet probe of PID 1's readiness port", p)
 	}
 }
 

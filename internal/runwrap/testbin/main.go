@@ -1,5 +1,5 @@
 // Command testbin stands in for airlock-init in tests: it dispatches pid1,
-// exec, status, ctl and ready (and the supervisor's re-executions) as
+// exec, status and ctl (and the supervisor's re-executions) as
 // cmd/airlock-init does.
 package main
 
@@ -20,7 +20,7 @@ func main() {
 		os.Exit(code)
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testbin pid1|exec|status|ctl|ready")
+		fmt.Fprintln(os.Stderr, "usage: testbin pid1|exec|status|ctl")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -32,8 +32,6 @@ func main() {
 		os.Exit(runwrap.ExecMain(os.Args[2:]))
 	case "status", "ctl":
 		os.Exit(runwrap.ControlMain(os.Args[1], os.Args[2:]))
-	case "ready":
-		os.Exit(runwrap.ReadyMain(os.Args[2:]))
 	}
 	fmt.Fprintf(os.Stderr, "testbin: unknown command %q\n", os.Args[1])
 	os.Exit(2)

@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/sandbox"
+	"airlock.dev/airlock/internal/testutil/benchstat"
+)
+
+// coldParts are the steps from a bare pod to a Sandbox, each adding one thing to the one before; timed to the
+// pod's Ready condition (the last to the Sandbox's Ready), gVisor, the same image, resources and security
+// context throughout.
+var coldParts = []struct {
+	name   string
+	policy bool // a deny-all policy selecting the pod, made before it as the manager does
+	pod    func(b *testing.B, ns, name string) *corev1.Pod // nil: a Sandbox through the manager
+}{
+	{"bare pod", false, func(b *testing.B, ns, name string) *corev1.Pod { return barePod(b, ns, name, "gvisor") }},
+	{"+ its deny-all policy, made first", true, func(b *testing.B, ns, name string) *corev1.Pod {
+		p := barePod(b, ns, name, "gvisor")
+		p.Labels[sandbox.LabelName] = name
+		return p
+	}},
+	{"+ the tools image volume (sleep as PID 1)", true, func(b *testing.B, ns, name string) *corev1.Pod {
+		p := airlockPod(b, ns, name)
+		p.Spec.Containers[0].Command, p.Spec.Containers[0].ReadinessProbe = []string{"sleep", "infinity"}, nil
+		return p
+	}},
+	{"+ airlock-init pid1 and its gate", true, func(b *testing.B, ns, name string) *corev1.Pod {
+		p := airlockPod(b, ns, name)
+		p.Spec.Containers[0].ReadinessProbe = nil
+		return p
+	}},
+	{"+ the readiness probe (Airlock's pod)", true, airlockPod},
+	{"Sandbox (through the manager)", false, nil},
+}
+
+// airlockPod is the pod the manager makes for benchSandbox, made directly (no owner: the manager ignores it).
+func airlockPod(b *testing.B, ns, name string) *corev1.Pod {
+	s := benchSandbox(ns, name, "gvisor")
+	r, err := sandbox.Resolve(s, nil, sandbox.DefaultDefaults())
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.RuntimeHandler = "runsc"
+	o := sandbox.DefaultPodOptions(initImage)
+	o.Isolation = airlockv1.IsolationGVisor
+	p := sandbox.BuildPod(s, r, o)
+	p.Labels["airlock-bench"] = "parts"
+	delete(p.Labels, sandbox.LabelManagedBy)
+	p.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+	return p
+}
+
+// BenchmarkColdReadyParts says where a cold Sandbox's time goes beyond a bare pod's: each round creates one pod
+// of each step in coldParts, in turn (A, B, C, D, E, F, A, …; AIRLOCK_BENCH_ROUNDS, default 10 each), deletions
+// awaited. Run: make bench-e2e.
+func BenchmarkColdReadyParts(b *testing.B) {
+	rounds := envInt("AIRLOCK_BENCH_ROUNDS", 10)
+	for b.Loop() {
+		ns := benchNamespace(b)
+		took := make([][]time.Duration, len(coldParts))
+		for i := range rounds {
+			for j, part := range coldParts {
+				name := fmt.Sprintf("part%d-%d", j, i)
+				if part.pod == nil {
+					d, _ := sandboxReady(b, ns, name, "gvisor")
+					took[j] = append(took[j], d)
+					continue
+				}
+				took[j] = append(took[j], policyAndPodReady(b, ns, name, part.policy, part.pod(b, ns, name)))
+			}
+		}
+		var lines []string
+		base := benchstat.Percentile(took[0], 50)
+		for j, part := range coldParts {
+			p50, p90 := benchstat.Percentile(took[j], 50), benchstat.Percentile(took[j], 90)
+			step := ""
+			if j > 0 {
+				step = fmt.Sprintf(", step +%s", p50-benchstat.Percentile(took[j-1], 50))
+			}
+			lines = append(lines, fmt.Sprintf("%s: p50 %s p90 %s (min %s max %s; %.2fx the bare pod%s)", part.name, p50, p90,
+				benchstat.Percentile(took[j], 0), benchstat.Percentile(took[j], 100), p50.Seconds()/base.Seconds(), step))
+			b.ReportMetric(p50.Seconds(), strings.ReplaceAll(fmt.Sprintf("part%d-p50-s", j), " ", ""))
+		}
+		b.Logf("gVisor, %d rounds each, to Ready:\n  %s\n  load %s", rounds, strings.Join(lines, "\n  "), benchstat.LoadAvg())
+	}
+}
+
+// policyAndPodReady creates the pod's deny-all policy (with policy), then the pod, and returns how long from the
+// first create until the pod is Ready; then it deletes them and waits until they are gone.
+func policyAndPodReady(b *testing.B, ns, name string, policy bool, pod *corev1.Pod) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	np := sandbox.BuildNetworkPolicy(benchSandbox(ns, name, "gvisor"), airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone}, nil)
+	w, err := k8s.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	start := time.Now()
+	if policy {
+		if err := k8s.Create(ctx, np); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := k8s.Create(ctx, pod); err != nil {
+		b.Fatal(err)
+	}
+	var took time.Duration
+	for ev := range w.ResultChan() {
+		if p, ok := ev.Object.(*corev1.Pod); ok && p.Name == name && podReady(p) {
+			took = time.Since(start)
+			break
+		}
+	}
+	if took == 0 {
+		b.Fatalf("pod %s not Ready after %s", name, readyTimeout)
+	}
+	awaitGone(b, pod)
+	if policy {
+		awaitGone(b, np)
+	}
+	return took
+}
