@@ -20,7 +20,7 @@ import (
 // context throughout.
 var coldParts = []struct {
 	name   string
-	policy bool // a deny-all policy selecting the pod, made before it as the manager does
+	policy bool                                            // a deny-all policy selecting the pod, made before it as the manager does
 	pod    func(b *testing.B, ns, name string) *corev1.Pod // nil: a Sandbox through the manager
 }{
 	{"bare pod", false, func(b *testing.B, ns, name string) *corev1.Pod { return barePod(b, ns, name, "gvisor") }},
