@@ -38,6 +38,7 @@ func run() error {
 	podOpts := sandbox.DefaultPodOptions(version.InitImage())
 	var (
 		metricsAddr, probeAddr, isolating string
+		leaseNamespace                    string
 		leaderElect                       bool
 		workers, qps, burst               int
 	)
@@ -45,6 +46,7 @@ func run() error {
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to (HTTPS, for callers the API server authorizes for GET /metrics); \"0\" disables it.")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	fs.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
+	fs.StringVar(&leaseNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; empty: the manager's own (in a pod). Needed out of cluster.")
 	fs.StringVar(&podOpts.InitImage, "init-image", podOpts.InitImage, "Image that holds /usr/local/bin/airlock-init; every sandbox pod mounts it read-only as an image volume (Kubernetes 1.36+) and runs it as PID 1.")
 	fs.StringVar(&defaults.RuntimeClassName, "default-runtime-class", defaults.RuntimeClassName, "Runtime class of sandboxes whose spec and template name none.")
 	fs.DurationVar(&defaults.Timeout, "default-timeout", defaults.Timeout, "Lifetime of sandboxes whose spec and template set none.")
@@ -105,13 +107,14 @@ func run() error {
 	}
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsOptions(metricsAddr),
-		HealthProbeBindAddress: probeAddr,
-		LeaderElection:         leaderElect,
-		LeaderElectionID:       "manager.sandbox.airlock.dev",
-		Cache:                  controller.CacheOptions(),
-		WebhookServer:          webhookServer,
+		Scheme:                  scheme,
+		Metrics:                 metricsOptions(metricsAddr),
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "manager.sandbox.airlock.dev",
+		LeaderElectionNamespace: leaseNamespace,
+		Cache:                   controller.CacheOptions(),
+		WebhookServer:           webhookServer,
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,15 +13,19 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // clusterScript is the local cluster's own script: `kill DAEMON` SIGKILLs one daemon by its pidfile, `start
 // DAEMON` starts it again with the arguments `up` gives it and waits until it serves.
 var clusterScript = filepath.Join("..", "..", "hack", "local-cluster.sh")
 
-// faultDaemon SIGKILLs the local cluster's daemon, waits down, and starts it again; it returns when the daemon
-// serves again. Cleanup starts it in any case, so that a failing test does not leave the cluster broken.
-func faultDaemon(t *testing.T, daemon string, down time.Duration) (killed, back time.Time) {
+// faultDaemon SIGKILLs the local cluster's daemon, runs during (if any) and waits until down has passed, and
+// starts it again; it returns when the daemon serves again. Cleanup starts it in any case, so that a failing
+// test does not leave the cluster broken.
+func faultDaemon(t *testing.T, daemon string, down time.Duration, during func()) (killed, back time.Time) {
 	t.Helper()
 	run := func(verb string) error {
 		out, err := exec.Command(clusterScript, verb, daemon).CombinedOutput()
@@ -34,7 +39,10 @@ func faultDaemon(t *testing.T, daemon string, down time.Duration) (killed, back 
 	if err := run("kill"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(down)
+	if during != nil {
+		during()
+	}
+	time.Sleep(time.Until(killed.Add(down)))
 	if err := run("start"); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +133,7 @@ func alive(pid int) bool {
 // cluster_unavailable), never a hang and never an exit 0 the command did not give; afterwards the sandbox keeps
 // its files, runs commands, and a new sandbox becomes Ready.
 func TestControlPlaneRestartUnderLoad(t *testing.T) {
-	restartManager(t, "--leader-elect=true")
+	restartManager(t, "--leader-elect=true", "--leader-election-namespace="+keyNamespace)
 	g, err := startGateway()
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +185,7 @@ func TestControlPlaneRestartUnderLoad(t *testing.T) {
 					time.Sleep(250 * time.Millisecond)
 				}
 			})
-			killed, back := faultDaemon(t, daemon, 3*time.Second)
+			killed, back := faultDaemon(t, daemon, 3*time.Second, nil)
 			for range inflight {
 				select {
 				case o := <-results:
@@ -226,4 +234,115 @@ func TestControlPlaneRestartUnderLoad(t *testing.T) {
 				daemon, back.Sub(killed).Round(time.Millisecond), counts, firstOK.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 		})
 	}
+}
+
+// TestNodeDaemonsKilled SIGKILLs the kubelet, and then containerd, for 5 s each. Pods outlive both (their
+// containers belong to the runtime's shims, not to the daemons): a sandbox keeps its files and its background
+// process, and runs commands again once the daemon is back; a call while it is down ends with a typed error
+// (or the true result), never a hang. A sandbox whose container is stopped while the kubelet is away does not
+// survive: once the kubelet is back it is Failed with the pod's reason, and the gateway says so.
+func TestNodeDaemonsKilled(t *testing.T) {
+	g, err := startGateway()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.stop()
+	ns, key := gatewayTenant(t, 10)
+	ids := make([]string, 2)
+	for i := range ids {
+		status, created := g.call(t, key, "POST", "/v1/sandboxes", map[string]any{"size": "small", "timeout_minutes": 20})
+		if status != http.StatusCreated || created["status"] != "ready" {
+			t.Fatalf("create: status %d %v", status, created)
+		}
+		ids[i] = str(t, created, "id")
+		if res := g.execCmd(t, key, ids[i], "echo kept > state", 30_000); res["exit_code"] != float64(0) {
+			t.Fatalf("writing state: %v", summarize(res))
+		}
+	}
+	kept, doomed := ids[0], ids[1]
+	status, bg := g.call(t, key, "POST", "/v1/sandboxes/"+kept+"/exec",
+		map[string]any{"command": "while true; do echo tick >> ticks; sleep 1; done", "background": true})
+	if status != http.StatusAccepted {
+		t.Fatalf("background start: %d %v", status, bg)
+	}
+	bgID := str(t, bg, "process_id")
+	ticks := func() int {
+		res := g.execCmd(t, key, kept, "wc -l < ticks", 10_000)
+		var n int
+		_, _ = fmt.Sscan(fmt.Sprint(res["stdout"]), &n)
+		return n
+	}
+
+	for _, daemon := range []string{"kubelet", "containerd"} {
+		t.Run(daemon, func(t *testing.T) {
+			before := ticks()
+			var during execOutcome
+			stopDoomed := func() {
+				// A call while the daemon is away, and (kubelet round) the doomed sandbox's container stopped
+				// behind its back, through containerd.
+				during = execBounded(g, key, kept, "echo ok", 10_000, 45*time.Second)
+				if daemon != "kubelet" {
+					return
+				}
+				pod := podOf(t, ns, doomed)
+				id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+				if out, err := exec.Command("crictl", "stop", "--timeout", "0", id).CombinedOutput(); err != nil {
+					t.Errorf("crictl stop %s: %v %s", id, err, out)
+				}
+			}
+			killed, back := faultDaemon(t, daemon, 5*time.Second, stopDoomed)
+			if !during.typed("ok\n") {
+				t.Errorf("a call while %s was down: %s", daemon, during)
+			}
+			var firstOK time.Duration
+			eventually(t, 90*time.Second, "commands run again, files kept", func() error {
+				o := execBounded(g, key, kept, "cat state", 10_000, 45*time.Second)
+				if o.status != http.StatusOK || o.stdout != "kept\n" {
+					return fmt.Errorf("%s", o)
+				}
+				firstOK = time.Since(back)
+				return nil
+			})
+			status, proc := g.call(t, key, "GET", "/v1/sandboxes/"+kept+"/processes/"+bgID, nil)
+			if status != http.StatusOK || proc["status"] != "running" {
+				t.Errorf("the background process after %s's restart: %d %v", daemon, status, proc)
+			}
+			after := ticks()
+			if want := before + int(back.Sub(killed).Seconds()); after < want-2 {
+				t.Errorf("the background process ticked %d times across %s's %s outage, want about %d", after-before, daemon, back.Sub(killed).Round(time.Second), want-before)
+			}
+			t.Logf("%s down %s; a call meanwhile: %s; commands ran again %s after it was back; background ticks %d -> %d",
+				daemon, back.Sub(killed).Round(time.Millisecond), during, firstOK.Round(time.Millisecond), before, after)
+			if daemon != "kubelet" {
+				return
+			}
+			eventually(t, 60*time.Second, "the stopped sandbox Failed, as the gateway says", func() error {
+				status, view := g.call(t, key, "GET", "/v1/sandboxes/"+doomed, nil)
+				if status != http.StatusOK || view["status"] != "failed" || !strings.Contains(fmt.Sprint(view["message"]), "container sandbox") {
+					return fmt.Errorf("%d %v", status, view)
+				}
+				return nil
+			})
+			o := execBounded(g, key, doomed, "cat state", 10_000, 45*time.Second)
+			if o.status != http.StatusConflict || o.code != "sandbox_not_ready" {
+				t.Errorf("a command in the failed sandbox: %s, want 409 sandbox_not_ready", o)
+			}
+			_, view := g.call(t, key, "GET", "/v1/sandboxes/"+doomed, nil)
+			t.Logf("the stopped sandbox: %v: %v", view["reason"], view["message"])
+		})
+	}
+}
+
+// podOf returns the pod of the sandbox with this gateway id in ns.
+func podOf(t *testing.T, ns, id string) *corev1.Pod {
+	t.Helper()
+	s, err := getSandbox(ns, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: s.Status.PodName}, pod); err != nil {
+		t.Fatal(err)
+	}
+	return pod
 }
