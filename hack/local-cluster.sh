@@ -6,6 +6,8 @@
 #                                 (`down --purge` also drops certificates and the imported images)
 #   hack/local-cluster.sh status  daemons, node, pods
 #   hack/local-cluster.sh env     `eval "$(hack/local-cluster.sh env)"` for kubectl, crictl and ctr
+#   hack/local-cluster.sh kill D  SIGKILL one daemon (etcd, kube-apiserver, kubelet, containerd, ...) by its pidfile
+#   hack/local-cluster.sh start D start it again with the arguments `up` gives it (fault tests: test/e2e)
 # Needs root. Network probes only ever target this machine: loopback, the node IP and pods.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "${HACK_DIR}/node-lib.sh"
