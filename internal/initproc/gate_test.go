@@ -140,15 +140,15 @@ func TestGateReachesTheProxyAfterTheBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	run := func(proxyTarget string) (error, string) {
+	run := func(proxyTarget string) (string, error) {
 		var log bytes.Buffer
 		err := gateOf(t, "--gate-host", host, "--gate-port", port, "--gate-timeout", "1s", "--proxy-target", proxyTarget).run(&log)
-		return err, log.String()
+		return log.String(), err
 	}
-	if err, log := run(proxy.Addr().String()); err != nil || !strings.Contains(log, "egress proxy "+proxy.Addr().String()+" reached") {
+	if log, err := run(proxy.Addr().String()); err != nil || !strings.Contains(log, "egress proxy "+proxy.Addr().String()+" reached") {
 		t.Errorf("reachable proxy: %v, log %q", err, log)
 	}
-	err, _ = run(net.JoinHostPort(host, port)) // nothing listens there
+	_, err = run(net.JoinHostPort(host, port)) // nothing listens there
 	if err == nil || !strings.Contains(err.Error(), "the egress proxy") || !strings.Contains(err.Error(), "is not reachable from the sandbox") {
 		t.Errorf("unreachable proxy: %v", err)
 	}
