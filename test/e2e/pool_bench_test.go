@@ -41,6 +41,9 @@ func BenchmarkWarmStart(b *testing.B) {
 	for _, name := range []string{"python-node", "python-node-cold"} {
 		eventually(b, 10*time.Second, "template "+name, func() error { return k8s.Create(ctx, poolTemplate(ns, name)) })
 	}
+	// AIRLOCK_BENCH_COLD=0 leaves out the cold rounds: 20 cold gVisor starts at once next to 20 members are more
+	// than the 2-core local node's containerd can do in the time allowed (docs/performance.md).
+	cold := os.Getenv("AIRLOCK_BENCH_COLD") != "0"
 	for _, par := range benchParallelism() {
 		b.Run(fmt.Sprintf("parallel-%d", par), func(b *testing.B) {
 			pool := &airlockv1.SandboxPool{}
@@ -64,21 +67,34 @@ func BenchmarkWarmStart(b *testing.B) {
 					waitPoolReady(b, ns, "python-node", int32(par))
 					d, n := crRound(b, ns, par, true)
 					warmCR, notWarm = append(warmCR, d...), notWarm+n
-					d, _ = crRound(b, ns, par, false)
-					coldCR = append(coldCR, d...)
+					// The cold side starts on a node that is not also refilling the pool, like the warm side.
 					waitPoolReady(b, ns, "python-node", int32(par))
+					if cold {
+						d, _ = crRound(b, ns, par, false)
+						coldCR = append(coldCR, d...)
+						waitPoolReady(b, ns, "python-node", int32(par))
+					}
 					d, n = gatewayRound(b, g, key, ns, par, "python-node")
 					warmGW, notWarm = append(warmGW, d...), notWarm+n
-					d, _ = gatewayRound(b, g, key, ns, par, "python-node-cold")
-					coldGW = append(coldGW, d...)
+					if cold {
+						waitPoolReady(b, ns, "python-node", int32(par))
+						d, _ = gatewayRound(b, g, key, ns, par, "python-node-cold")
+						coldGW = append(coldGW, d...)
+					}
 				}
 				for _, s := range []struct {
 					name       string
 					warm, cold []time.Duration
 				}{{"cr", warmCR, coldCR}, {"gateway", warmGW, coldGW}} {
-					w, c := benchstat.Percentile(s.warm, 50), benchstat.Percentile(s.cold, 50)
+					w := benchstat.Percentile(s.warm, 50)
 					b.ReportMetric(float64(w.Milliseconds()), s.name+"-warm-p50-ms")
 					b.ReportMetric(float64(benchstat.Percentile(s.warm, 90).Milliseconds()), s.name+"-warm-p90-ms")
+					if len(s.cold) == 0 {
+						b.Logf("parallelism %d, %s: warm p50 %s p90 %s (%s–%s, %d); no cold rounds (AIRLOCK_BENCH_COLD=0)", par, s.name, w,
+							benchstat.Percentile(s.warm, 90), benchstat.Percentile(s.warm, 0), benchstat.Percentile(s.warm, 100), len(s.warm))
+						continue
+					}
+					c := benchstat.Percentile(s.cold, 50)
 					b.ReportMetric(float64(c.Milliseconds()), s.name+"-cold-p50-ms")
 					b.ReportMetric(w.Seconds()/c.Seconds(), s.name+"-warm/cold")
 					b.Logf("parallelism %d, %s: warm p50 %s p90 %s (%s–%s, %d); cold p50 %s p90 %s (%s–%s, %d); warm/cold %.3f",
@@ -165,7 +181,14 @@ func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 				misses++
 			}
 		case <-deadline:
-			b.Fatalf("%d of %d sandboxes not Ready after %s", n-len(took), n, readyTimeout)
+			mu.Lock()
+			var waiting []string
+			for name := range started {
+				cur, _ := getSandbox(ns, name)
+				waiting = append(waiting, name+": "+describe(cur))
+			}
+			mu.Unlock()
+			b.Fatalf("%d of %d sandboxes (warm %t) not Ready after %s:\n%s", n-len(took), n, warm, readyTimeout, strings.Join(waiting, "\n"))
 		}
 	}
 	deleteAllAndWait(b, ns)
