@@ -39,7 +39,8 @@ func BenchmarkColdReady(b *testing.B) {
 				var pods, sandboxes []time.Duration
 				phases := map[string][]time.Duration{}
 				for i := range rounds {
-					pods = append(pods, barePodReady(b, ns, fmt.Sprintf("bare-%d", i), rc))
+					name := fmt.Sprintf("bare-%d", i)
+					pods = append(pods, policyAndPodReady(b, ns, name, false, barePod(b, ns, name, rc)))
 					took, marks := sandboxReady(b, ns, fmt.Sprintf("sbx-%d", i), rc)
 					sandboxes = append(sandboxes, took)
 					for k, v := range marks {
@@ -109,35 +110,6 @@ func barePod(b *testing.B, ns, name, rc string) *corev1.Pod {
 		return !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == v.Name })
 	})
 	return pod
-}
-
-// barePodReady creates the bare pod and returns how long until its Ready condition, then deletes it and
-// waits until it is gone.
-func barePodReady(b *testing.B, ns, name, rc string) time.Duration {
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
-	pod := barePod(b, ns, name, rc)
-	w, err := k8s.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
-	start := time.Now()
-	if err := k8s.Create(ctx, pod); err != nil {
-		b.Fatal(err)
-	}
-	var took time.Duration
-	for ev := range w.ResultChan() {
-		if p, ok := ev.Object.(*corev1.Pod); ok && p.Name == name && podReady(p) {
-			took = time.Since(start)
-			break
-		}
-	}
-	if took == 0 {
-		b.Fatalf("pod %s not Ready after %s", name, readyTimeout)
-	}
-	awaitGone(b, pod)
-	return took
 }
 
 // sandboxReady creates the Sandbox, returns how long until it is Ready and when (from its create) each phase

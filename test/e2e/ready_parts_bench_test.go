@@ -95,8 +95,9 @@ func BenchmarkColdReadyParts(b *testing.B) {
 	}
 }
 
-// policyAndPodReady creates the pod's deny-all policy (with policy), then the pod, and returns how long from the
-// first create until the pod is Ready; then it deletes them and waits until they are gone.
+// policyAndPodReady creates the pod's deny-all policy (with policy; gVisor's sandbox shape), then the pod, and
+// returns how long from the first create until the pod is Ready; then it deletes them and waits until they are
+// gone.
 func policyAndPodReady(b *testing.B, ns, name string, policy bool, pod *corev1.Pod) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
