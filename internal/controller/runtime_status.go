@@ -14,7 +14,7 @@ import (
 )
 
 // gatePassed tells whether the sandbox container's PID 1 passed its gate: only then does it answer the pod's
-// readiness probe (airlock-init ready), so the container is ready.
+// readiness probe (an httpGet of its readiness port), so the container is ready.
 func gatePassed(pod *corev1.Pod) bool {
 	for _, s := range pod.Status.ContainerStatuses {
 		if s.Name == sandbox.ContainerName {
