@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Container images for the local cluster, built without a registry and imported into its containerd.
 #   hack/images.sh pause                 the pod sandbox (infra) image localhost/airlock/pause:${PAUSE_IMAGE_VERSION}
-#   hack/images.sh sandbox [RECIPE_DIR]  a Debian sandbox image from a recipe (default hack/images/sandbox-python)
+#   hack/images.sh sandbox [RECIPE_DIR]  a Debian sandbox image from a recipe (default hack/images/sandbox-python), with
+#                                        this tree's airlock-init at /airlock/bin/airlock-init (templates' init: Image)
 #   hack/images.sh binary NAME:TAG /path/to/static-binary [ENTRYPOINT ARGS...]
 #                                        one static binary in a minimal non-root (65532) image
 #                                        (AIRLOCK_IMAGE_OUT=FILE: also copy its tarball and .digest to FILE)
@@ -16,6 +17,8 @@ source "${HACK_DIR}/node-lib.sh"
 
 # Bump when the packing logic below changes, so cached tarballs are rebuilt.
 RECIPE_VERSION=2
+# What airlock-init reports as its release: the Makefile's VERSION unless the caller set one.
+VERSION="${VERSION:-$(sed -n 's/^VERSION ?= //p' "${ROOT_DIR}/Makefile")}"
 IMAGES_CACHE="${AIRLOCK_CACHE}/images"
 CTR=("${CONTAINERD_DIR}/ctr" --address "${CONTAINERD_SOCK}" -n k8s.io)
 
@@ -142,7 +145,8 @@ build_binary() {
 	echo "${ref}"
 }
 
-# sandbox [RECIPE_DIR]: debootstrap --variant=minbase + packages + customize.sh, trimmed, one layer.
+# sandbox [RECIPE_DIR]: debootstrap --variant=minbase + packages + customize.sh, trimmed, one layer (cached by
+# recipe); then add_init puts this tree's airlock-init on top.
 build_sandbox() {
 	local recipe="${1:-${HACK_DIR}/images/sandbox-python}"
 	recipe="$(cd "${recipe}" && pwd)"
@@ -201,8 +205,34 @@ build_sandbox() {
 		finish_layout "${work}/oci" "${tag}" "${dir}/image.tar"
 		log "sandbox image ${IMAGE_NAME}:${tag} built in $((SECONDS - start))s: $(du -h "${dir}/image.tar" | cut -f1) tarball"
 	fi
-	import_tar "${dir}/image.tar" "${IMAGE_NAME}" "${tag}"
+	add_init "${dir}" "${tag}"
+	import_tar "${dir}/init/image.tar" "${IMAGE_NAME}" "${tag}"
 }
+
+# add_init DIR TAG: DIR/image.tar (the cached Debian base) plus one layer with this tree's airlock-init at
+# /airlock/bin/airlock-init, into DIR/init/image.tar, so that templates with `init: Image` run the manager's own
+# airlock-init without mounting the init image (docs/runtimes.md). Rebuilt when the binary changes: the base is
+# not, and only the newest such image is kept.
+add_init() {
+	local dir="$1" tag="$2" work bin sum
+	new_work_dir; work="${WORK}"
+	bin="${work}/root/airlock/bin/airlock-init"
+	mkdir -p "$(dirname "${bin}")"
+	(cd "${ROOT_DIR}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X airlock.dev/airlock/internal/version.Version=${VERSION}" \
+		-o "${bin}" ./cmd/airlock-init)
+	chmod 0755 "${work}/root/airlock" "${work}/root/airlock/bin" "${bin}"
+	sum="$(hash_of "${dir}/image.tar.digest" "${bin}")"
+	if [[ -f "${dir}/init/image.tar" && "$(cat "${dir}/init/key" 2>/dev/null)" == "${sum}" ]]; then return 0; fi
+	mkdir -p "${work}/oci" && tar -C "${work}/oci" -xf "${dir}/image.tar"
+	umoci insert --image "${work}/oci:${tag}" --history.created_by "hack/images.sh sandbox: airlock-init" "${work}/root" / >/dev/null
+	umoci config --image "${work}/oci:${tag}" --no-history --config.label "dev.airlock.init.protocol=$(init_protocol)" >/dev/null
+	mkdir -p "${dir}/init" && finish_layout "${work}/oci" "${tag}" "${dir}/init/image.tar"
+	echo "${sum}" >"${dir}/init/key"
+	log "sandbox image ${tag}: airlock-init layer added ($(du -h "${dir}/init/image.tar" | cut -f1) tarball)"
+}
+
+# init_protocol is version.InitProtocol, which the image's label states.
+init_protocol() { sed -n 's/^const InitProtocol = \([0-9]*\)$/\1/p' "${ROOT_DIR}/internal/version/version.go"; }
 
 # The Debian mirror this machine's apt uses (deb822 sources), so debootstrap works wherever apt does.
 debian_mirror() {

@@ -16,6 +16,16 @@ type SandboxTemplateSpec struct {
 	// +required
 	Image string `json:"image"`
 
+	// Init is where the sandbox's PID 1, airlock-init, comes from. Volume (the default): Airlock's init image,
+	// mounted read-only as an image volume, so that any image works. Image: the image itself holds
+	// airlock-init at /airlock/bin/airlock-init, of the manager's release (Airlock's own sandbox images do);
+	// the pod then mounts no volume and is ready ~0.3 s sooner, since the kubelet checks a new pod's volumes
+	// in 300 ms steps before it starts the pod. A sandbox whose image lacks it, or holds one of another
+	// release, fails with the reason in its Ready condition.
+	// +kubebuilder:validation:Enum=Volume;Image
+	// +optional
+	Init InitSource `json:"init,omitempty"`
+
 	// RuntimeClassName is the default runtime class; "gvisor" when empty.
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
@@ -77,11 +87,22 @@ type SandboxTemplateSpec struct {
 	OutputLimitBytes *int64 `json:"outputLimitBytes,omitempty"`
 }
 
+// InitSource is where a sandbox's airlock-init comes from.
+type InitSource string
+
+const (
+	// InitFromVolume mounts Airlock's init image as a read-only image volume: any image works.
+	InitFromVolume InitSource = "Volume"
+	// InitFromImage runs the airlock-init the sandbox's image holds at /airlock/bin/airlock-init.
+	InitFromImage InitSource = "Image"
+)
+
 // SandboxTemplate is a reusable recipe for sandboxes: image, runtime, size, limits and network defaults.
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:shortName=sbxt,categories=airlock
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtimeClassName`
+// +kubebuilder:printcolumn:name="Init",type=string,JSONPath=`.spec.init`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SandboxTemplate struct {
 	metav1.TypeMeta   `json:",inline"`

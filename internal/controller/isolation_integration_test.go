@@ -102,6 +102,16 @@ func TestIntegrationRuntimeEvidenceIsChecked(t *testing.T) {
 		g.Expect(s.Status.Isolation).To(BeEmpty())
 	}).WithTimeout(waitLong).Should(Succeed())
 
+	// An image's own airlock-init of another release ends PID 1 before its gate: the sandbox fails and says so.
+	g.Expect(c.Create(ctx, makeSandbox(ns, "old-init").image("busybox").obj())).To(Succeed())
+	pod, _ = getPodAndPolicy(t, c, ns, "old-init")
+	markPodOn(t, c, pod, envNode, 1, sandbox.InitMismatchPrefix+"the manager speaks init protocol 2, but this airlock-init ...")
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "old-init")
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonInitMismatch))
+		g.Expect(s.Status.Phase).To(Equal(airlockv1.PhaseFailed))
+	}).WithTimeout(waitLong).Should(Succeed())
+
 	// A node whose kubelet listens elsewhere than the port the pod's gate probed.
 	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "other-node"}}
 	g.Expect(c.Create(ctx, other)).To(Succeed())

@@ -33,6 +33,10 @@ const (
 	maxCreatesPerPass = 10
 	// refillHoldoff is how long after the latest claim the pool waits before starting members.
 	refillHoldoff = time.Second
+	// pendingClaimWindow bounds how long an undecided claim holds the refill back; pendingClaimRecheck is how
+	// soon the pool looks again while one does (the claims' status writes usually wake it first).
+	pendingClaimWindow  = 10 * time.Second
+	pendingClaimRecheck = 250 * time.Millisecond
 	// memberStartSlack is how much longer than its network gate's timeout a member may take to be ready.
 	memberStartSlack = 2 * time.Minute
 	// orphanPolicyAge is how old a member policy without a pod must be before it is removed: younger, its pod

@@ -64,7 +64,7 @@ func classifyMember(pod *corev1.Pod, policy *networkingv1.NetworkPolicy, policie
 	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
 		return unusable("its pod stopped: %s", stopReason(pod))
 	}
-	if g := gateState(pod, nil, nil); g.reason == ReasonGateFailed || g.reason == ReasonRuntimeMismatch {
+	if g := gateState(pod, nil, nil); gateEnded(g.reason) {
 		return unusable("%s", g.message)
 	}
 	running := gatePassed(pod) && pod.Status.Phase == corev1.PodRunning && containerRunning(pod)

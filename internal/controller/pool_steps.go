@@ -11,6 +11,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +40,8 @@ type poolObservation struct {
 	// demand counts the Sandboxes that named the pool within demandWindow; oldestClaim is the first of them.
 	demand                   int32
 	oldestClaim, newestClaim *time.Time
+	// pendingClaims counts the pool's sandboxes whose claim is not decided yet (claimPending).
+	pendingClaims int
 	// replaced and retired count the members removed in this pass.
 	replaced, retired int
 	// orphanWait is how long until a young orphaned policy may be removed, startWait until the first starting
@@ -207,9 +210,13 @@ func (r *PoolReconciler) observeDemand(ctx context.Context, pool *airlockv1.Sand
 		return fmt.Errorf("listing sandboxes of the pool: %w", err)
 	}
 	for i := range list.Items {
-		at := list.Items[i].CreationTimestamp.Time
+		sbx := &list.Items[i]
+		at := sbx.CreationTimestamp.Time
 		if obs.now.Sub(at) >= demandWindow {
 			continue
+		}
+		if claimPending(sbx, obs.now) {
+			obs.pendingClaims++
 		}
 		obs.demand++
 		if obs.oldestClaim == nil || at.Before(*obs.oldestClaim) {
@@ -220,6 +227,17 @@ func (r *PoolReconciler) observeDemand(ctx context.Context, pool *airlockv1.Sand
 		}
 	}
 	return nil
+}
+
+// claimPending tells a recent sandbox of the pool whose claim is not decided yet: neither warm nor cold, nor
+// waiting for a member (whenDrained: Wait), nor being deleted. One that stays undecided for pendingClaimWindow
+// (its reconcile keeps failing) no longer counts, so that it cannot hold the pool's refill for ever.
+func claimPending(sbx *airlockv1.Sandbox, now time.Time) bool {
+	if sbx.Status.Pool != nil || sbx.Status.PodName != "" || sbx.DeletionTimestamp != nil || now.Sub(sbx.CreationTimestamp.Time) >= pendingClaimWindow {
+		return false
+	}
+	c := meta.FindStatusCondition(sbx.Status.Conditions, airlockv1.ConditionReady)
+	return c == nil || c.Reason != ReasonWaitingForMember
 }
 
 // desired is how many ready members the pool aims for: replicas, or the recent demand up to maxReplicas.
@@ -268,6 +286,12 @@ func (r *PoolReconciler) createMembers(ctx context.Context, pool *airlockv1.Sand
 		}
 	}
 	need := min(desired(pool, obs.demand)-current, maxCreatesPerPass)
+	if obs.pendingClaims > 0 && need > 0 {
+		// A burst is being served: its claims need the API server and the node's CPU more than new members
+		// do (starting sandboxed pods takes both). Each claim's status write wakes the pool again.
+		obs.refillWait = pendingClaimRecheck
+		return nil
+	}
 	if obs.newestClaim != nil && need > 0 {
 		// Starting sandboxed pods takes the node's CPU from the claims of a burst still being served: refill
 		// once the burst is over.

@@ -80,6 +80,14 @@ func buildEvidence(pod *corev1.Pod, node *corev1.Node, gateTarget string) (*airl
 // isRuntimeMismatch tells a gate that failed because the runtime is not the isolation it promised.
 func isRuntimeMismatch(msg string) bool { return strings.HasPrefix(msg, sandbox.RuntimeMismatchPrefix) }
 
+// isInitMismatch tells a PID 1 that is not the manager's airlock-init: one that said so, one the runtime could
+// not start (the image lacks it: the runtime's message names the path), or one too old to know --protocol
+// (its flag error, which the pod's termination message falls back to).
+func isInitMismatch(msg string) bool {
+	return strings.HasPrefix(msg, sandbox.InitMismatchPrefix) || strings.Contains(msg, sandbox.InitBinary) ||
+		strings.Contains(msg, "flag provided but not defined: -"+strings.TrimSuffix(strings.TrimPrefix(sandbox.ProtocolFlag, "--"), "="))
+}
+
 var describeIsolation = map[airlockv1.Isolation]string{airlockv1.IsolationGVisor: "gVisor",
 	airlockv1.IsolationKata: "a VM (a kernel none of the nodes runs)", airlockv1.IsolationNone: "no isolation of its own (the node's kernel)"}
 

@@ -43,6 +43,9 @@ const (
 	ReasonRuntimeNotIsolating = "RuntimeNotIsolating"
 	// ReasonRuntimeMismatch: the pod, seen from inside, is not isolated the way its handler promises.
 	ReasonRuntimeMismatch = "RuntimeMismatch"
+	// ReasonInitMismatch: the pod's airlock-init is missing or of another release than the manager (a
+	// template's init: Image whose image does not hold the manager's).
+	ReasonInitMismatch = "InitMismatch"
 	// ReasonEgressProxyUnavailable: the sandbox has an allowlist and the egress proxy's Service is not there
 	// (or not usable); it waits for it.
 	ReasonEgressProxyUnavailable = "EgressProxyUnavailable"
@@ -166,8 +169,8 @@ func phaseOf(obs observation, expired bool, ready metav1.Condition) airlockv1.Sa
 		return airlockv1.PhaseTerminating
 	case expired:
 		return airlockv1.PhaseExpired
-	case ready.Reason == ReasonPodFailed || ready.Reason == ReasonPodLost || ready.Reason == ReasonGateFailed ||
-		ready.Reason == ReasonRuntimeMismatch || (obs.blocked != nil && obs.blocked.permanent):
+	case ready.Reason == ReasonPodFailed || ready.Reason == ReasonPodLost || gateEnded(ready.Reason) ||
+		(obs.blocked != nil && obs.blocked.permanent):
 		return airlockv1.PhaseFailed
 	case ready.Status == metav1.ConditionTrue:
 		return airlockv1.PhaseReady
@@ -188,7 +191,7 @@ func readyCondition(obs observation, expired, isolated metav1.Condition) metav1.
 	case obs.podLost:
 		c.Reason, c.Message = ReasonPodLost, "the sandbox's pod disappeared; its files are gone and it is not replaced"
 	case (pod != nil && (pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded)) &&
-		(isolated.Reason == ReasonGateFailed || isolated.Reason == ReasonRuntimeMismatch):
+		gateEnded(isolated.Reason):
 		// PID 1 ends when its gate fails: that, not the stop it caused, is the cause.
 		c.Reason, c.Message = isolated.Reason, isolated.Message
 	case pod != nil && pod.Status.Phase == corev1.PodFailed, pod != nil && pod.Status.Phase == corev1.PodSucceeded:
@@ -255,12 +258,20 @@ func gateState(pod *corev1.Pod, ev *airlockv1.IsolationEvidence, evidenceErr err
 		if isRuntimeMismatch(msg) {
 			return gate{reason: ReasonRuntimeMismatch, message: "the pod's runtime is not the isolation its RuntimeClass promises: " + msg}
 		}
+		if isInitMismatch(msg) {
+			return gate{reason: ReasonInitMismatch, message: "the pod's airlock-init is not the manager's: " + msg}
+		}
 		return gate{reason: ReasonGateFailed, message: "the pod's network gate failed: " + msg}
 	}
 	if evidenceErr != nil {
 		return gate{reason: ReasonGateUnproven, message: "the pod's network gate passed but proves nothing: " + evidenceErr.Error()}
 	}
 	return gate{reason: ReasonGatePending, message: "waiting for the pod's network gate"}
+}
+
+// gateEnded tells the gate reasons that end PID 1, and so the pod, for good.
+func gateEnded(reason string) bool {
+	return reason == ReasonGateFailed || reason == ReasonRuntimeMismatch || reason == ReasonInitMismatch
 }
 
 func containerRunning(pod *corev1.Pod) bool {

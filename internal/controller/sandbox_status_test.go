@@ -267,3 +267,22 @@ func TestBuildEvidence(t *testing.T) {
 		})
 	}
 }
+
+// A PID 1 that is not the manager's airlock-init is told apart from a failed gate, in each way it shows: its
+// own words, the runtime's failure to start a missing binary, and an older binary's flag error (the
+// termination message falls back to its log).
+func TestGateStateTellsAnInitMismatch(t *testing.T) {
+	for msg, want := range map[string]string{
+		sandbox.InitMismatchPrefix + "the manager speaks init protocol 2":                                                                  ReasonInitMismatch,
+		`failed to create containerd task: exec: "` + sandbox.InitBinary + `": stat ` + sandbox.InitBinary + `: no such file or directory`: ReasonInitMismatch,
+		"flag provided but not defined: -protocol\nUsage of pid1:":                                                                         ReasonInitMismatch,
+		sandbox.RuntimeMismatchPrefix + "no gVisor marker":                                                                                 ReasonRuntimeMismatch,
+		"network isolation not in effect after 30s":                                                                                        ReasonGateFailed,
+	} {
+		pod := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: sandbox.ContainerName,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: msg}}}}}}
+		if g := gateState(pod, nil, nil); g.reason != want || !strings.Contains(g.message, msg) {
+			t.Errorf("%q: %s %q, want %s", msg, g.reason, g.message, want)
+		}
+	}
+}

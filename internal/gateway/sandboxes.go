@@ -161,7 +161,9 @@ func sortedKeys(m map[string]string) []string {
 
 // waitReady polls until the sandbox leaves Pending, ReadyTimeout passes or the caller goes away; it returns
 // the last state seen (still pending on timeout: the caller can poll GET). It polls the cache (Reader), every
-// few milliseconds for the first second (a warm pool claim is Ready within tens of them), then less often.
+// few milliseconds for the first second (a warm pool claim is Ready within tens of them), then every 100 ms at
+// most: a cache read costs a copy of one object, and a create that waits longer (a cold start, a burst of
+// claims) should not wait up to a second more than it must.
 func (s *Server) waitReady(ctx context.Context, sb *airlockv1.Sandbox) *airlockv1.Sandbox {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ReadyTimeout)
 	defer cancel()
@@ -181,7 +183,7 @@ func (s *Server) waitReady(ctx context.Context, sb *airlockv1.Sandbox) *airlockv
 		case <-time.After(delay):
 		}
 		if time.Since(start) > time.Second {
-			delay = min(delay*3/2, time.Second)
+			delay = min(delay*3/2, 100*time.Millisecond)
 		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"airlock.dev/airlock/internal/version"
 )
 
 // terminationLog is where Kubernetes reads a container's last words into its status (Terminated.Message).
@@ -25,6 +27,11 @@ const gvisorMarker = "/proc/gvisor/kernel_is_gvisor"
 // RuntimeMismatchPrefix starts the termination message of a pod whose runtime, seen from inside, is not the
 // isolation its RuntimeClass promised: the controller fails the Sandbox with RuntimeMismatch on it.
 const RuntimeMismatchPrefix = "runtime mismatch: "
+
+// InitMismatchPrefix starts the termination message of a PID 1 told to speak another protocol than its own
+// (version.InitProtocol): an image's own airlock-init of another release. The controller fails the Sandbox
+// with InitMismatch on it.
+const InitMismatchPrefix = "init mismatch: "
 
 // Expected isolations (--expect-isolation), as the controller derives them from the RuntimeClass handler.
 const (
@@ -58,6 +65,7 @@ type gateConfig struct {
 	termLog           string
 	marker            string
 	readyPort         int
+	protocol          int
 }
 
 // bind registers the gate's flags on fs.
@@ -73,7 +81,19 @@ func (g *gateConfig) bind(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&g.termLog, "termination-log", terminationLog, "file a failure is written to (Kubernetes creates it)")
 	fs.IntVar(&g.readyPort, "ready-port", 0, "TCP port that answers HTTP 200 once the gate passed (the pod's httpGet readiness probe); 0: none")
+	fs.IntVar(&g.protocol, "protocol", 0, "the manager's init protocol; another than this binary's fails the pod (0: not checked)")
 	g.marker = gvisorMarker
+}
+
+// checkProtocol refuses a manager that speaks another protocol than this binary: commands would fail in
+// obscure ways later, so the pod fails now and says which side to change.
+func (g *gateConfig) checkProtocol() error {
+	if g.protocol == 0 || g.protocol == version.InitProtocol {
+		return nil
+	}
+	return fmt.Errorf("%sthe manager speaks init protocol %d, but this airlock-init (release %s) speaks %d: "+
+		"give the image the airlock-init of the manager's release at /airlock/bin/airlock-init, or set its template's init to Volume",
+		InitMismatchPrefix, g.protocol, version.Version, version.InitProtocol)
 }
 
 // check validates the flags.

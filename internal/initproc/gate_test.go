@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"airlock.dev/airlock/internal/version"
 )
 
 func gateDialer() *net.Dialer { return &net.Dialer{Timeout: 100 * time.Millisecond} }
@@ -205,6 +207,36 @@ func TestPID1FailsItsGateIntoTheTerminationLog(t *testing.T) {
 	for _, bad := range [][]string{{"--expect-isolation=kata"}, {"--expect-isolation=vm"}, {"extra"}} {
 		if code := PID1(bad, io.Discard); code != 2 {
 			t.Errorf("%q: exit %d, want 2", bad, code)
+		}
+	}
+}
+
+// TestPID1RefusesAnotherProtocol: told a protocol other than its own (an image's airlock-init of another
+// release), PID 1 ends before its gate and any command, with the mismatch in the termination log; its own
+// protocol, or none (not checked), goes on to the gate.
+func TestPID1RefusesAnotherProtocol(t *testing.T) {
+	termLog := filepath.Join(t.TempDir(), "termination-log")
+	if err := os.WriteFile(termLog, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	args := []string{"--protocol=" + strconv.Itoa(version.InitProtocol+1), "--termination-log", termLog}
+	if code := PID1(args, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1: %s", code, stderr.String())
+	}
+	b, _ := os.ReadFile(termLog)
+	if !strings.HasPrefix(string(b), InitMismatchPrefix) || !strings.Contains(string(b), "init to Volume") {
+		t.Errorf("termination log %q: want the init mismatch and what to change", b)
+	}
+	// Its own protocol passes the check: the gate then fails on this machine (no gVisor marker), as it would
+	// without the flag.
+	for _, p := range []string{strconv.Itoa(version.InitProtocol), "0"} {
+		_ = os.WriteFile(termLog, nil, 0o644)
+		if code := PID1([]string{"--protocol=" + p, "--expect-isolation=gvisor", "--termination-log", termLog}, io.Discard); code != 1 {
+			t.Fatalf("--protocol=%s: exit %d, want the gate's 1", p, code)
+		}
+		if b, _ := os.ReadFile(termLog); !strings.HasPrefix(string(b), RuntimeMismatchPrefix) {
+			t.Errorf("--protocol=%s: termination log %q: want the gate's runtime mismatch", p, b)
 		}
 	}
 }

@@ -41,6 +41,11 @@ func PID1(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "airlock-init pid1:", err)
 		return 2
 	}
+	if err := gate.checkProtocol(); err != nil {
+		fmt.Fprintln(stderr, "airlock-init:", err)
+		writeTerminationLog(stderr, gate.termLog, err.Error())
+		return 1
+	}
 	if os.Getpid() != 1 {
 		// Not fatal (e.g. a shared process namespace): orphans then go to the real PID 1.
 		fmt.Fprintln(stderr, "airlock-init pid1: warning: not running as PID 1; orphans are reaped only if re-parented here")

@@ -12,13 +12,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/version"
 )
 
 // PodOptions are the operator's settings for every sandbox pod.
 type PodOptions struct {
-	// InitImage holds airlock-init at /usr/local/bin/airlock-init. Every sandbox pod mounts it as an image
-	// volume (Kubernetes 1.36+, a runtime with image volumes: containerd 2.1+) and runs it as PID 1, whatever
-	// the sandbox's image contains.
+	// InitImage holds airlock-init at /usr/local/bin/airlock-init. A sandbox pod mounts it as an image volume
+	// (Kubernetes 1.36+, a runtime with image volumes: containerd 2.1+) and runs it as PID 1, whatever the
+	// sandbox's image contains, unless its template says the image holds airlock-init itself (init: Image).
 	InitImage string
 	// GatePort is the port on the node's IP that the network gate expects to be blocked: the kubelet's, which
 	// is known to listen. The controller sets it from the Nodes' status; this is the fallback.
@@ -51,7 +52,12 @@ const (
 	GatePortFlag        = "--gate-port="
 	ExpectIsolationFlag = "--expect-isolation="
 	HostKernelFlag      = "--host-kernel="
+	ProtocolFlag        = "--protocol="
 )
+
+// InitMismatchPrefix starts the termination message of a pod whose airlock-init speaks another protocol than
+// the manager (an image's own, of another release): the same as airlock-init's (internal/initproc).
+const InitMismatchPrefix = "init mismatch: "
 
 // RuntimeMismatchPrefix starts the termination message of a pod whose PID 1 found its runtime not the isolation
 // it was told to prove: the same as airlock-init's (internal/initproc), which does not import this package.
@@ -150,7 +156,12 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 		env = append(env, corev1.EnvVar{Name: ProcessLimitEnv, Value: strconv.Itoa(o.ProcessLimit)})
 	}
 
-	workVolumes, workMounts, annotations := workdirStorage(r)
+	volumes, mounts, annotations := workdirStorage(r)
+	if !r.InitFromImage {
+		volumes = append([]corev1.Volume{{Name: toolsVolume,
+			VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: o.InitImage}}}}, volumes...)
+		mounts = append([]corev1.VolumeMount{{Name: toolsVolume, MountPath: ToolsDir, SubPath: InitImagePath, ReadOnly: true}}, mounts...)
+	}
 
 	gateHost, gatePort := "$("+nodeIPEnv+")", strconv.Itoa(int(o.GatePort))
 	if h, p, err := net.SplitHostPort(o.GateTarget); err == nil {
@@ -162,6 +173,7 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 		"--gate-timeout=" + o.GateTimeout.Duration.String(),
 		ExpectIsolationFlag + expectFlag[o.Isolation],
 		"--ready-port=" + strconv.Itoa(ReadyPort),
+		ProtocolFlag + strconv.Itoa(version.InitProtocol),
 	}
 	if o.Isolation == airlockv1.IsolationKata {
 		for _, k := range o.HostKernels {
@@ -210,9 +222,10 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 				Env:             env,
 				SecurityContext: restrictedContainer(uid, nonRoot),
 				Resources:       r.Resources,
-				VolumeMounts: append([]corev1.VolumeMount{
-					{Name: toolsVolume, MountPath: ToolsDir, SubPath: InitImagePath, ReadOnly: true},
-				}, workMounts...),
+				VolumeMounts:    mounts,
+				// An airlock-init that cannot start or parse its flags (an image's own, of another release)
+				// writes no termination message: its stderr then says why.
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 				// The gate, as the controller reads it. Once passed it stays passed in the Sandbox's status.
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(ReadyPort), Path: "/"}},
@@ -222,9 +235,7 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 					FailureThreshold: 3,
 				},
 			}},
-			Volumes: append([]corev1.Volume{
-				{Name: toolsVolume, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: o.InitImage}}},
-			}, workVolumes...),
+			Volumes: volumes,
 		},
 	}
 }

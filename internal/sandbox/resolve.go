@@ -63,6 +63,8 @@ type Resolved struct {
 	Env         []airlockv1.EnvVar
 	RunAsRoot   bool
 	Labels      map[string]string
+	// InitFromImage: the image holds airlock-init at InitBinary, so the pod mounts no init volume.
+	InitFromImage bool
 }
 
 // DefaultWorkingDir is where commands run and files persist when the Sandbox does not say.
@@ -81,6 +83,7 @@ func Resolve(sbx *airlockv1.Sandbox, tmpl *airlockv1.SandboxTemplate, d Defaults
 		Size:             airlockv1.Size(firstNonEmpty(string(sbx.Spec.Size), string(ts.Size), string(DefaultSize))),
 		WorkingDir:       firstNonEmpty(sbx.Spec.WorkingDir, DefaultWorkingDir),
 		RunAsRoot:        ts.RunAsRoot,
+		InitFromImage:    ts.Init == airlockv1.InitFromImage,
 		Labels:           sbx.Spec.Labels,
 		Env:              mergeEnv(ts.Env, sbx.Spec.Env),
 		Network:          airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone},

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/initproc"
+	"airlock.dev/airlock/internal/version"
 )
 
 func sbx(mut ...func(*airlockv1.Sandbox)) *airlockv1.Sandbox {
@@ -209,6 +211,46 @@ func TestGateTargetInPod(t *testing.T) {
 func TestRuntimeMismatchPrefixMatchesAirlockInit(t *testing.T) {
 	if RuntimeMismatchPrefix != initproc.RuntimeMismatchPrefix {
 		t.Errorf("sandbox.RuntimeMismatchPrefix %q, airlock-init writes %q", RuntimeMismatchPrefix, initproc.RuntimeMismatchPrefix)
+	}
+}
+
+func TestInitMismatchPrefixMatchesAirlockInit(t *testing.T) {
+	if InitMismatchPrefix != initproc.InitMismatchPrefix {
+		t.Errorf("sandbox.InitMismatchPrefix %q, airlock-init writes %q", InitMismatchPrefix, initproc.InitMismatchPrefix)
+	}
+}
+
+// TestInitSource: by default PID 1 comes from the init image's volume; a template's init: Image runs the
+// image's own airlock-init at the same path and mounts no volume at all (under gVisor the working directory is
+// in the root overlay), which spares the kubelet's volume wait. Either way PID 1 is told the manager's
+// protocol and a failed start shows its own words.
+func TestInitSource(t *testing.T) {
+	tmpl := &airlockv1.SandboxTemplate{Spec: airlockv1.SandboxTemplateSpec{Image: "img"}}
+	s := &airlockv1.Sandbox{Spec: airlockv1.SandboxSpec{TemplateRef: &airlockv1.TemplateReference{Name: "t"}}}
+	for _, tc := range []struct {
+		init    airlockv1.InitSource
+		volumes int
+	}{{"", 1}, {airlockv1.InitFromVolume, 1}, {airlockv1.InitFromImage, 0}} {
+		tmpl.Spec.Init = tc.init
+		r, err := Resolve(s, tmpl, DefaultDefaults())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.RuntimeHandler = "runsc"
+		pod := BuildPod(s, r, DefaultPodOptions("init-image"))
+		c := pod.Spec.Containers[0]
+		if len(pod.Spec.Volumes) != tc.volumes || len(c.VolumeMounts) != tc.volumes {
+			t.Errorf("init %q: volumes %+v mounts %+v, want %d", tc.init, pod.Spec.Volumes, c.VolumeMounts, tc.volumes)
+		}
+		if tc.volumes == 1 && (pod.Spec.Volumes[0].Image == nil || pod.Spec.Volumes[0].Image.Reference != "init-image" || c.VolumeMounts[0].MountPath != ToolsDir) {
+			t.Errorf("init %q: want the init image mounted at %s: %+v %+v", tc.init, ToolsDir, pod.Spec.Volumes, c.VolumeMounts)
+		}
+		if c.Command[0] != InitBinary || PodArg(pod, ProtocolFlag) != strconv.Itoa(version.InitProtocol) {
+			t.Errorf("init %q: command %v, want %s with %s%d", tc.init, c.Command, InitBinary, ProtocolFlag, version.InitProtocol)
+		}
+		if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+			t.Errorf("init %q: termination message policy %q", tc.init, c.TerminationMessagePolicy)
+		}
 	}
 }
 

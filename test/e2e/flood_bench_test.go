@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/testutil/benchstat"
 )
 
@@ -42,12 +43,13 @@ func BenchmarkCreateReadyUnderExecFlood(b *testing.B) {
 			targets = append(targets, floodTarget{key, id})
 		}
 		ns := benchNamespace(b)
+		tmpl := benchTemplate(b, ns, "gvisor", airlockv1.InitFromImage)
 		var quiet, flooded, quietAPI, floodAPI []time.Duration
 		var quietLoad, floodLoad []string
 		var total floodCount
 		measure := func(name string, ready, api *[]time.Duration, load *[]string) {
 			stop := probeAPI(ns, api)
-			took, _ := sandboxReady(b, ns, name, "gvisor")
+			took, _ := sandboxReady(b, ns, name, tmpl)
 			*ready = append(*ready, took)
 			stop()
 			*load = append(*load, strings.Fields(benchstat.LoadAvg())[0])

@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
@@ -22,26 +21,32 @@ import (
 
 // BenchmarkColdReady compares a cold Sandbox, from create to Ready, with a bare pod of the same image, runtime,
 // resources, env, annotations and security context (the Sandbox's own pod spec, without Airlock's tools volume
-// and readiness probe and with `sleep` as its command), from create to the pod's Ready condition, for gVisor and runc.
+// and readiness probe and with `sleep` as its command), from create to the pod's Ready condition: for gVisor
+// with airlock-init from the image itself (init: Image, the chart's default template) and from the init image's
+// volume (init: Volume, for images that lack it), and for runc (init: Image).
 // Rounds alternate (pod, Sandbox, pod, …; AIRLOCK_BENCH_ROUNDS, default 20 each) and each round's objects are
 // deleted, and their deletion awaited, before the next. Each phase is timed as a watch sees it: the
 // Sandbox's policy and pod appear, the pod is scheduled, the sandbox container runs, the pod
 // is Ready (PID 1's gate passed: the readiness probe), the Sandbox is Ready. Run: make bench-e2e.
 func BenchmarkColdReady(b *testing.B) {
 	rounds := envInt("AIRLOCK_BENCH_ROUNDS", 20)
-	for _, rc := range []string{"gvisor", "runc"} {
-		b.Run(rc, func(b *testing.B) {
-			if rc == "runc" {
+	for _, c := range []struct {
+		rc   string
+		init airlockv1.InitSource
+	}{{"gvisor", airlockv1.InitFromImage}, {"gvisor", airlockv1.InitFromVolume}, {"runc", airlockv1.InitFromImage}} {
+		b.Run(c.rc+"-init-"+strings.ToLower(string(c.init)), func(b *testing.B) {
+			if c.rc == "runc" {
 				restartManager(b, "--allow-unisolated-runtimes") // runc is refused by default
 			}
 			for b.Loop() {
 				ns := benchNamespace(b)
+				tmpl := benchTemplate(b, ns, c.rc, c.init)
 				var pods, sandboxes []time.Duration
 				phases := map[string][]time.Duration{}
 				for i := range rounds {
 					name := fmt.Sprintf("bare-%d", i)
-					pods = append(pods, policyAndPodReady(b, ns, name, false, barePod(b, ns, name, rc)))
-					took, marks := sandboxReady(b, ns, fmt.Sprintf("sbx-%d", i), rc)
+					pods = append(pods, policyAndPodReady(b, ns, name, false, barePod(b, ns, name, tmpl)))
+					took, marks := sandboxReady(b, ns, fmt.Sprintf("sbx-%d", i), tmpl)
 					sandboxes = append(sandboxes, took)
 					for k, v := range marks {
 						phases[k] = append(phases[k], v)
@@ -59,10 +64,10 @@ func BenchmarkColdReady(b *testing.B) {
 						marks = append(marks, fmt.Sprintf("%s p50 %s p90 %s", k, benchstat.Percentile(v, 50), benchstat.Percentile(v, 90)))
 					}
 				}
-				b.Logf("%s, %d rounds each: bare pod to Ready p50 %s p90 %s (min %s max %s); Sandbox to Ready p50 %s p90 %s (min %s max %s); ratio p50 %.2f p90 %.2f; load %s",
-					rc, rounds, p50, p90, benchstat.Percentile(pods, 0), benchstat.Percentile(pods, 100), s50, s90, benchstat.Percentile(sandboxes, 0), benchstat.Percentile(sandboxes, 100),
+				b.Logf("%s, init %s, %d rounds each: bare pod to Ready p50 %s p90 %s (min %s max %s); Sandbox to Ready p50 %s p90 %s (min %s max %s); ratio p50 %.2f p90 %.2f; load %s",
+					c.rc, c.init, rounds, p50, p90, benchstat.Percentile(pods, 0), benchstat.Percentile(pods, 100), s50, s90, benchstat.Percentile(sandboxes, 0), benchstat.Percentile(sandboxes, 100),
 					s50.Seconds()/p50.Seconds(), s90.Seconds()/p90.Seconds(), benchstat.LoadAvg())
-				b.Logf("%s Sandbox, from its create: %s", rc, strings.Join(marks, "; "))
+				b.Logf("%s Sandbox, from its create: %s", c.rc, strings.Join(marks, "; "))
 			}
 		})
 	}
@@ -84,27 +89,47 @@ func benchNamespace(b *testing.B) string {
 	return ns.Name
 }
 
+// benchTemplate creates the template both sides of a cold-start comparison are built from: the sandbox image
+// under the runtime class rc, with airlock-init from init.
+func benchTemplate(b *testing.B, ns, rc string, init airlockv1.InitSource) *airlockv1.SandboxTemplate {
+	t := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench-" + rc + "-" + strings.ToLower(string(init))},
+		Spec: airlockv1.SandboxTemplateSpec{Image: sandboxImage, RuntimeClassName: rc, Init: init}}
+	if err := k8s.Create(context.Background(), t); err != nil {
+		b.Fatal(err)
+	}
+	return t
+}
+
 // benchSandbox is the Sandbox both sides are built from.
-func benchSandbox(ns, name, rc string) *airlockv1.Sandbox {
+func benchSandbox(ns, name string, tmpl *airlockv1.SandboxTemplate) *airlockv1.Sandbox {
 	return &airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: airlockv1.SandboxSpec{Image: sandboxImage, RuntimeClassName: ptr.To(rc)}}
+		Spec: airlockv1.SandboxSpec{TemplateRef: &airlockv1.TemplateReference{Name: tmpl.Name}}}
+}
+
+// benchPod is the pod the manager makes for benchSandbox (under gVisor: the isolation PID 1 proves), made
+// directly, with none of Airlock's labels (the manager ignores it).
+func benchPod(b *testing.B, ns, name string, tmpl *airlockv1.SandboxTemplate) *corev1.Pod {
+	s := benchSandbox(ns, name, tmpl)
+	r, err := sandbox.Resolve(s, tmpl, sandbox.DefaultDefaults())
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.RuntimeHandler = map[string]string{"gvisor": "runsc", "runc": "runc"}[tmpl.Spec.RuntimeClassName] // as the manager resolves it
+	o := sandbox.DefaultPodOptions(initImage)
+	o.Isolation = map[string]airlockv1.Isolation{"gvisor": airlockv1.IsolationGVisor, "runc": airlockv1.IsolationNone}[tmpl.Spec.RuntimeClassName]
+	pod := sandbox.BuildPod(s, r, o)
+	pod.Labels = map[string]string{"airlock-bench": "pod"}
+	pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+	return pod
 }
 
 // barePod is the pod the manager would make for the Sandbox, minus what only Airlock needs: no tools (image)
 // volume, `sleep` as PID 1 instead of airlock-init and its gate, no readiness probe, and none of Airlock's
-// labels (the manager ignores it).
-func barePod(b *testing.B, ns, name, rc string) *corev1.Pod {
-	s := benchSandbox(ns, name, rc)
-	r, err := sandbox.Resolve(s, nil, sandbox.DefaultDefaults())
-	if err != nil {
-		b.Fatal(err)
-	}
-	r.RuntimeHandler = map[string]string{"gvisor": "runsc", "runc": "runc"}[rc] // as the manager resolves it
-	pod := sandbox.BuildPod(s, r, sandbox.DefaultPodOptions(initImage))
-	pod.Labels = map[string]string{"airlock-bench": "bare"}
+// labels.
+func barePod(b *testing.B, ns, name string, tmpl *airlockv1.SandboxTemplate) *corev1.Pod {
+	pod := benchPod(b, ns, name, tmpl)
 	c := &pod.Spec.Containers[0]
 	c.Command, c.ReadinessProbe = []string{"sleep", "infinity"}, nil
-	c.ImagePullPolicy = corev1.PullNever
 	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == sandbox.ToolsDir })
 	pod.Spec.Volumes = slices.DeleteFunc(pod.Spec.Volumes, func(v corev1.Volume) bool {
 		return !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == v.Name })
@@ -114,10 +139,10 @@ func barePod(b *testing.B, ns, name, rc string) *corev1.Pod {
 
 // sandboxReady creates the Sandbox, returns how long until it is Ready and when (from its create) each phase
 // was seen, then deletes it and waits until it and its pod are gone.
-func sandboxReady(b *testing.B, ns, name, rc string) (time.Duration, map[string]time.Duration) {
+func sandboxReady(b *testing.B, ns, name string, tmpl *airlockv1.SandboxTemplate) (time.Duration, map[string]time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
-	s := benchSandbox(ns, name, rc)
+	s := benchSandbox(ns, name, tmpl)
 	type seen struct {
 		mark string
 		at   time.Time

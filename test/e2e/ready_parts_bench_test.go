@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
@@ -15,49 +16,34 @@ import (
 	"airlock.dev/airlock/internal/testutil/benchstat"
 )
 
-// coldParts are the steps from a bare pod to a Sandbox, each adding one thing to the one before; timed to the
-// pod's Ready condition (the last to the Sandbox's Ready), gVisor, the same image, resources and security
-// context throughout.
+// coldParts are the steps from a bare pod to a Sandbox, each adding one thing to the step vs names; timed to the
+// pod's Ready condition (the Sandbox's Ready through the manager), gVisor, the same image, resources and
+// security context throughout. Airlock's pod runs the image's own airlock-init (init: Image) but in the last
+// step, which mounts it from the init image instead (init: Volume).
 var coldParts = []struct {
 	name   string
-	policy bool                                            // a deny-all policy selecting the pod, made before it as the manager does
-	pod    func(b *testing.B, ns, name string) *corev1.Pod // nil: a Sandbox through the manager
+	policy bool                                                                          // a deny-all policy selecting the pod, made before it as the manager does
+	pod    func(b *testing.B, ns, name string, t *airlockv1.SandboxTemplate) *corev1.Pod // nil: a Sandbox through the manager
+	vs     int                                                                           // the step this one adds to
 }{
-	{"bare pod", false, func(b *testing.B, ns, name string) *corev1.Pod { return barePod(b, ns, name, "gvisor") }},
-	{"+ its deny-all policy, made first", true, func(b *testing.B, ns, name string) *corev1.Pod {
-		p := barePod(b, ns, name, "gvisor")
+	{"bare pod", false, barePod, 0},
+	{"+ its deny-all policy, made first", true, func(b *testing.B, ns, name string, t *airlockv1.SandboxTemplate) *corev1.Pod {
+		p := barePod(b, ns, name, t)
 		p.Labels[sandbox.LabelName] = name
 		return p
-	}},
-	{"+ the tools image volume (sleep as PID 1)", true, func(b *testing.B, ns, name string) *corev1.Pod {
-		p := airlockPod(b, ns, name)
-		p.Spec.Containers[0].Command, p.Spec.Containers[0].ReadinessProbe = []string{"sleep", "infinity"}, nil
-		return p
-	}},
-	{"+ airlock-init pid1 and its gate", true, func(b *testing.B, ns, name string) *corev1.Pod {
-		p := airlockPod(b, ns, name)
+	}, 0},
+	{"+ airlock-init pid1 and its gate", true, func(b *testing.B, ns, name string, t *airlockv1.SandboxTemplate) *corev1.Pod {
+		p := benchPod(b, ns, name, t)
 		p.Spec.Containers[0].ReadinessProbe = nil
 		return p
-	}},
-	{"+ the readiness probe (Airlock's pod)", true, airlockPod},
-	{"Sandbox (through the manager)", false, nil},
-}
-
-// airlockPod is the pod the manager makes for benchSandbox, made directly (no owner: the manager ignores it).
-func airlockPod(b *testing.B, ns, name string) *corev1.Pod {
-	s := benchSandbox(ns, name, "gvisor")
-	r, err := sandbox.Resolve(s, nil, sandbox.DefaultDefaults())
-	if err != nil {
-		b.Fatal(err)
-	}
-	r.RuntimeHandler = "runsc"
-	o := sandbox.DefaultPodOptions(initImage)
-	o.Isolation = airlockv1.IsolationGVisor
-	p := sandbox.BuildPod(s, r, o)
-	p.Labels["airlock-bench"] = "parts"
-	delete(p.Labels, sandbox.LabelManagedBy)
-	p.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
-	return p
+	}, 1},
+	{"+ the readiness probe (Airlock's pod, init: Image)", true, benchPod, 2},
+	{"Sandbox through the manager (init: Image)", false, nil, 3},
+	{"Airlock's pod with init: Volume", true, func(b *testing.B, ns, name string, t *airlockv1.SandboxTemplate) *corev1.Pod {
+		v := t.DeepCopy()
+		v.Spec.Init = airlockv1.InitFromVolume
+		return benchPod(b, ns, name, v)
+	}, 3},
 }
 
 // BenchmarkColdReadyParts says where a cold Sandbox's time goes beyond a bare pod's: each round creates one pod
@@ -67,16 +53,17 @@ func BenchmarkColdReadyParts(b *testing.B) {
 	rounds := envInt("AIRLOCK_BENCH_ROUNDS", 10)
 	for b.Loop() {
 		ns := benchNamespace(b)
+		tmpl := benchTemplate(b, ns, "gvisor", airlockv1.InitFromImage)
 		took := make([][]time.Duration, len(coldParts))
 		for i := range rounds {
 			for j, part := range coldParts {
 				name := fmt.Sprintf("part%d-%d", j, i)
 				if part.pod == nil {
-					d, _ := sandboxReady(b, ns, name, "gvisor")
+					d, _ := sandboxReady(b, ns, name, tmpl)
 					took[j] = append(took[j], d)
 					continue
 				}
-				took[j] = append(took[j], policyAndPodReady(b, ns, name, part.policy, part.pod(b, ns, name)))
+				took[j] = append(took[j], policyAndPodReady(b, ns, name, part.policy, part.pod(b, ns, name, tmpl)))
 			}
 		}
 		var lines []string
@@ -85,7 +72,7 @@ func BenchmarkColdReadyParts(b *testing.B) {
 			p50, p90 := benchstat.Percentile(took[j], 50), benchstat.Percentile(took[j], 90)
 			step := ""
 			if j > 0 {
-				step = fmt.Sprintf(", step +%s", p50-benchstat.Percentile(took[j-1], 50))
+				step = fmt.Sprintf(", %+dms over %q", (p50 - benchstat.Percentile(took[part.vs], 50)).Milliseconds(), coldParts[part.vs].name)
 			}
 			lines = append(lines, fmt.Sprintf("%s: p50 %s p90 %s (min %s max %s; %.2fx the bare pod%s)", part.name, p50, p90,
 				benchstat.Percentile(took[j], 0), benchstat.Percentile(took[j], 100), p50.Seconds()/base.Seconds(), step))
@@ -101,7 +88,7 @@ func BenchmarkColdReadyParts(b *testing.B) {
 func policyAndPodReady(b *testing.B, ns, name string, policy bool, pod *corev1.Pod) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
-	np := sandbox.BuildNetworkPolicy(benchSandbox(ns, name, "gvisor"), airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone}, nil)
+	np := sandbox.BuildNetworkPolicy(&airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone}, nil)
 	w, err := k8s.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
 	if err != nil {
 		b.Fatal(err)
