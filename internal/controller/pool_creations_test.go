@@ -32,3 +32,22 @@ func TestCreationsCountUntilCached(t *testing.T) {
 		t.Fatalf("pools are apart: %v", got)
 	}
 }
+
+// The gate port does not depend on the order the cache lists nodes in: the commonest, the lowest of a tie.
+func TestCommonestPort(t *testing.T) {
+	for _, tc := range []struct {
+		ports map[int32]int
+		want  int32
+	}{
+		{map[int32]int{10250: 1}, 10250},
+		{map[int32]int{10255: 1, 10250: 1}, 10250},
+		{map[int32]int{10255: 3, 10250: 1}, 10255},
+		{map[int32]int{10255: 2, 10250: 2, 9000: 1}, 10250},
+	} {
+		for range 20 { // map order varies between iterations
+			if got := commonestPort(tc.ports); got != tc.want {
+				t.Fatalf("%v: %d, want %d", tc.ports, got, tc.want)
+			}
+		}
+	}
+}

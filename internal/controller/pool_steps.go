@@ -122,18 +122,33 @@ func gatedPodOptions(ctx context.Context, c client.Reader, o sandbox.PodOptions,
 		return o, fmt.Errorf("listing nodes for the kubelet port and kernels: %w", err)
 	}
 	o.HostKernels = nil
-	portFound := o.GateTarget != ""
+	ports := map[int32]int{}
 	for i := range nodes.Items {
 		st := &nodes.Items[i].Status
-		if p := st.DaemonEndpoints.KubeletEndpoint.Port; p != 0 && !portFound {
-			o.GatePort, portFound = p, true
+		if p := st.DaemonEndpoints.KubeletEndpoint.Port; p != 0 {
+			ports[p]++
 		}
 		if k := st.NodeInfo.KernelVersion; o.Isolation == airlockv1.IsolationKata && k != "" && !slices.Contains(o.HostKernels, k) {
 			o.HostKernels = append(o.HostKernels, k)
 		}
 	}
+	if o.GateTarget == "" && len(ports) > 0 {
+		o.GatePort = commonestPort(ports)
+	}
 	slices.Sort(o.HostKernels)
 	return o, nil
+}
+
+// commonestPort is the kubelet port most nodes report, the lowest of a tie: the same whatever order the cache
+// lists the nodes in, so that pods (and pool members' spec hashes) do not change from one pass to the next.
+func commonestPort(ports map[int32]int) int32 {
+	var best int32
+	for p, n := range ports {
+		if n > ports[best] || (n == ports[best] && p < best) {
+			best = p
+		}
+	}
+	return best
 }
 
 // observeMembers lists and classifies the pool's unclaimed members.
