@@ -28,9 +28,10 @@ const (
 	indexSandboxPool  = "spec.poolRef.name"
 	// demandWindow is how far back claims count as demand for a pool with maxReplicas.
 	demandWindow = 5 * time.Minute
-	// maxCreatesPerPass bounds the members one reconcile starts: a node starting dozens of sandboxed pods at
-	// once slows every one of them, and each finished start brings another pass.
-	maxCreatesPerPass = 10
+	// maxStarting bounds the members of a pool that start at once, those of earlier passes included: a node
+	// starting dozens of sandboxed pods at once slows every one of them (on the 2-core local node, 20 gVisor
+	// starts next to 20 deletions timed out in containerd), and each finished start brings another pass.
+	maxStarting = 5
 	// refillHoldoff is how long after the latest claim the pool waits before starting members.
 	refillHoldoff = time.Second
 	// pendingClaimWindow bounds how long an undecided claim holds the refill back; pendingClaimRecheck is how

@@ -8,6 +8,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -49,6 +50,30 @@ func TestClassifyMember(t *testing.T) {
 		m := classifyMember(tc.pod, tc.policy, nil, nil, w)
 		if m.kind != tc.kind || m.stale != tc.stale {
 			t.Errorf("%s: kind %d stale %v (%s), want %d %v", tc.name, m.kind, m.stale, m.why, tc.kind, tc.stale)
+		}
+	}
+}
+
+// A claim holds the pool's refill only while it is undecided and young: not once it has a result or a pod,
+// not while it waits for a member (the refill is what it waits for), not while it is deleted, and not past
+// pendingClaimWindow.
+func TestClaimPending(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	young := metav1.NewTime(now.Add(-time.Second))
+	waiting := []metav1.Condition{{Type: airlockv1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonWaitingForMember}}
+	for name, tc := range map[string]struct {
+		s    airlockv1.Sandbox
+		want bool
+	}{
+		"new":     {airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: young}}, true},
+		"warm":    {airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: young}, Status: airlockv1.SandboxStatus{Pool: &airlockv1.PoolClaimStatus{Result: airlockv1.ClaimWarm}}}, false},
+		"has pod": {airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: young}, Status: airlockv1.SandboxStatus{PodName: "p"}}, false},
+		"waiting": {airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: young}, Status: airlockv1.SandboxStatus{Conditions: waiting}}, false},
+		"deleted": {airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: young, DeletionTimestamp: &young}}, false},
+		"old":     {airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-pendingClaimWindow))}}, false},
+	} {
+		if got := claimPending(&tc.s, now); got != tc.want {
+			t.Errorf("%s: %t, want %t", name, got, tc.want)
 		}
 	}
 }

@@ -294,13 +294,16 @@ func (r *PoolReconciler) removeUnusable(ctx context.Context, pool *airlockv1.San
 // createMembers starts the current members that are missing: the policy first, then the pod, so the pod never
 // runs without it.
 func (r *PoolReconciler) createMembers(ctx context.Context, pool *airlockv1.SandboxPool, obs *poolObservation) error {
-	var current int32
+	var current, starting int32
 	for _, m := range obs.members {
 		if !m.stale && m.kind != memberUnusable {
 			current++
 		}
+		if m.kind == memberStarting {
+			starting++
+		}
 	}
-	need := min(desired(pool, obs.demand)-current, maxCreatesPerPass)
+	need := min(desired(pool, obs.demand)-current, maxStarting-starting)
 	if obs.pendingClaims > 0 && need > 0 {
 		// A burst is being served: its claims need the API server and the node's CPU more than new members
 		// do (starting sandboxed pods takes both). Each claim's status write wakes the pool again.

@@ -66,6 +66,7 @@ func TestInitFromImage(t *testing.T) {
 		if c := readyMessage(s); !strings.Contains(c, sandbox.InitBinary) {
 			t.Errorf("the Ready message does not name the missing %s: %s", sandbox.InitBinary, c)
 		}
+		t.Logf("without airlock-init: %s", describe(s))
 		return nil
 	})
 }
