@@ -19,9 +19,9 @@ type SandboxTemplateSpec struct {
 	// Init is where the sandbox's PID 1, airlock-init, comes from. Volume (the default): Airlock's init image,
 	// mounted read-only as an image volume, so that any image works. Image: the image itself holds
 	// airlock-init at /airlock/bin/airlock-init, of the manager's release (Airlock's own sandbox images do);
-	// the pod then mounts no volume and is ready ~0.3 s sooner, since the kubelet checks a new pod's volumes
-	// in 300 ms steps before it starts the pod. A sandbox whose image lacks it, or holds one of another
-	// release, fails with the reason in its Ready condition.
+	// the pod then mounts no volume, which spares the kubelet's volume check (300 ms steps) before it starts
+	// the pod. A sandbox whose image lacks it, or holds one of another release, fails with the reason in its
+	// Ready condition.
 	// +kubebuilder:validation:Enum=Volume;Image
 	// +optional
 	Init InitSource `json:"init,omitempty"`

@@ -146,7 +146,7 @@ func gatewayTenant(t testing.TB, maxSandboxes int64) (ns, key string) {
 	}
 	t.Cleanup(func() { deleteNamespace(t, ns) })
 	tpl := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "python-node"},
-		Spec: airlockv1.SandboxTemplateSpec{Image: sandboxImage, RuntimeClassName: "gvisor", Init: airlockv1.InitFromImage}}
+		Spec: airlockv1.SandboxTemplateSpec{Image: sandboxImage, RuntimeClassName: "gvisor"}}
 	if err := k8s.Create(ctx, tpl); err != nil {
 		t.Fatalf("creating template: %v", err)
 	}

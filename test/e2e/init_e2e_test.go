@@ -23,7 +23,13 @@ func TestInitFromImage(t *testing.T) {
 	ns := newTenant(t)
 	ctx := context.Background()
 
-	createSandbox(t, ns, "own-init") // python-node: init: Image (newTenant)
+	own := &airlockv1.SandboxTemplate{}
+	own.Namespace, own.Name = ns, "own-init"
+	own.Spec = airlockv1.SandboxTemplateSpec{Image: sandboxImage, RuntimeClassName: "gvisor", Init: airlockv1.InitFromImage}
+	if err := k8s.Create(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	createSandbox(t, ns, "own-init", withTemplate("own-init"))
 	s := waitReady(t, ns, "own-init")
 	if s.Status.Isolation != airlockv1.IsolationGVisor {
 		t.Errorf("isolation %q, want gvisor", s.Status.Isolation)

@@ -104,8 +104,7 @@ func setup(m *testing.M) (int, error) {
 }
 
 // newTenant creates a namespace that enforces the restricted Pod Security Standard, with the default
-// templates: python-node under gVisor, running the image's own airlock-init as the chart's default template
-// does (init: Image), and python-node-runc under runc, with airlock-init from the init image's volume.
+// templates: python-node under gVisor and python-node-runc under runc.
 func newTenant(t testing.TB) string {
 	t.Helper()
 	ctx := context.Background()
@@ -120,9 +119,6 @@ func newTenant(t testing.TB) string {
 	for name, rc := range map[string]string{"python-node": "gvisor", "python-node-runc": "runc"} {
 		tpl := &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
 			Spec: airlockv1.SandboxTemplateSpec{Image: sandboxImage, RuntimeClassName: rc}}
-		if rc == "gvisor" {
-			tpl.Spec.Init = airlockv1.InitFromImage
-		}
 		if err := k8s.Create(ctx, tpl); err != nil {
 			t.Fatalf("creating template %s: %v", name, err)
 		}

@@ -28,7 +28,7 @@ func poolTemplate(ns, name string) *airlockv1.SandboxTemplate {
 	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
 	lim := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi")}
 	return &airlockv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: airlockv1.SandboxTemplateSpec{Image: sandboxImage, RuntimeClassName: "gvisor", Init: airlockv1.InitFromImage,
+		Spec: airlockv1.SandboxTemplateSpec{Image: sandboxImage, RuntimeClassName: "gvisor",
 			Resources: &airlockv1.SizeResources{Small: &corev1.ResourceRequirements{Requests: req, Limits: lim}}}}
 }
 

@@ -118,7 +118,8 @@ func benchPod(b *testing.B, ns, name string, tmpl *airlockv1.SandboxTemplate) *c
 	o := sandbox.DefaultPodOptions(initImage)
 	o.Isolation = map[string]airlockv1.Isolation{"gvisor": airlockv1.IsolationGVisor, "runc": airlockv1.IsolationNone}[tmpl.Spec.RuntimeClassName]
 	pod := sandbox.BuildPod(s, r, o)
-	pod.Labels = map[string]string{"airlock-bench": "pod"}
+	pod.Labels["airlock-bench"] = "pod"
+	delete(pod.Labels, sandbox.LabelManagedBy) // its sandbox.airlock.dev/name stays: the bench's policy selects it
 	pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
 	return pod
 }
@@ -128,6 +129,7 @@ func benchPod(b *testing.B, ns, name string, tmpl *airlockv1.SandboxTemplate) *c
 // labels.
 func barePod(b *testing.B, ns, name string, tmpl *airlockv1.SandboxTemplate) *corev1.Pod {
 	pod := benchPod(b, ns, name, tmpl)
+	pod.Labels = map[string]string{"airlock-bench": "bare"}
 	c := &pod.Spec.Containers[0]
 	c.Command, c.ReadinessProbe = []string{"sleep", "infinity"}, nil
 	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == sandbox.ToolsDir })

@@ -18,32 +18,30 @@ import (
 
 // coldParts are the steps from a bare pod to a Sandbox, each adding one thing to the step vs names; timed to the
 // pod's Ready condition (the Sandbox's Ready through the manager), gVisor, the same image, resources and
-// security context throughout. Airlock's pod runs the image's own airlock-init (init: Image) but in the last
-// step, which mounts it from the init image instead (init: Volume).
+// security context throughout. Airlock's pod and Sandbox run the image's own airlock-init (init: Image), each
+// followed by the same with airlock-init from the init image's volume (init: Volume).
 var coldParts = []struct {
 	name   string
 	policy bool                                                                          // a deny-all policy selecting the pod, made before it as the manager does
 	pod    func(b *testing.B, ns, name string, t *airlockv1.SandboxTemplate) *corev1.Pod // nil: a Sandbox through the manager
-	vs     int                                                                           // the step this one adds to
+	init   airlockv1.InitSource
+	vs     int // the step this one adds to
 }{
-	{"bare pod", false, barePod, 0},
+	{"bare pod", false, barePod, airlockv1.InitFromImage, 0},
 	{"+ its deny-all policy, made first", true, func(b *testing.B, ns, name string, t *airlockv1.SandboxTemplate) *corev1.Pod {
 		p := barePod(b, ns, name, t)
 		p.Labels[sandbox.LabelName] = name
 		return p
-	}, 0},
+	}, airlockv1.InitFromImage, 0},
 	{"+ airlock-init pid1 and its gate", true, func(b *testing.B, ns, name string, t *airlockv1.SandboxTemplate) *corev1.Pod {
 		p := benchPod(b, ns, name, t)
 		p.Spec.Containers[0].ReadinessProbe = nil
 		return p
-	}, 1},
-	{"+ the readiness probe (Airlock's pod, init: Image)", true, benchPod, 2},
-	{"Sandbox through the manager (init: Image)", false, nil, 3},
-	{"Airlock's pod with init: Volume", true, func(b *testing.B, ns, name string, t *airlockv1.SandboxTemplate) *corev1.Pod {
-		v := t.DeepCopy()
-		v.Spec.Init = airlockv1.InitFromVolume
-		return benchPod(b, ns, name, v)
-	}, 3},
+	}, airlockv1.InitFromImage, 1},
+	{"+ the readiness probe (Airlock's pod, init: Image)", true, benchPod, airlockv1.InitFromImage, 2},
+	{"Airlock's pod, init: Volume", true, benchPod, airlockv1.InitFromVolume, 3},
+	{"Sandbox through the manager, init: Image", false, nil, airlockv1.InitFromImage, 3},
+	{"Sandbox through the manager, init: Volume", false, nil, airlockv1.InitFromVolume, 5},
 }
 
 // BenchmarkColdReadyParts says where a cold Sandbox's time goes beyond a bare pod's: each round creates one pod
@@ -53,17 +51,18 @@ func BenchmarkColdReadyParts(b *testing.B) {
 	rounds := envInt("AIRLOCK_BENCH_ROUNDS", 10)
 	for b.Loop() {
 		ns := benchNamespace(b)
-		tmpl := benchTemplate(b, ns, "gvisor", airlockv1.InitFromImage)
+		tmpls := map[airlockv1.InitSource]*airlockv1.SandboxTemplate{airlockv1.InitFromImage: benchTemplate(b, ns, "gvisor", airlockv1.InitFromImage),
+			airlockv1.InitFromVolume: benchTemplate(b, ns, "gvisor", airlockv1.InitFromVolume)}
 		took := make([][]time.Duration, len(coldParts))
 		for i := range rounds {
 			for j, part := range coldParts {
 				name := fmt.Sprintf("part%d-%d", j, i)
 				if part.pod == nil {
-					d, _ := sandboxReady(b, ns, name, tmpl)
+					d, _ := sandboxReady(b, ns, name, tmpls[part.init])
 					took[j] = append(took[j], d)
 					continue
 				}
-				took[j] = append(took[j], policyAndPodReady(b, ns, name, part.policy, part.pod(b, ns, name, tmpl)))
+				took[j] = append(took[j], policyAndPodReady(b, ns, name, part.policy, part.pod(b, ns, name, tmpls[part.init])))
 			}
 		}
 		var lines []string
