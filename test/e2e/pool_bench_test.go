@@ -67,6 +67,7 @@ func BenchmarkWarmStart(b *testing.B) {
 					waitPoolReady(b, ns, "python-node", int32(par))
 					d, n := crRound(b, ns, par, true)
 					warmCR, notWarm = append(warmCR, d...), notWarm+n
+					b.Logf("round: warm CR p50 %s max %s (%d not warm); load %s", benchstat.Percentile(d, 50), benchstat.Percentile(d, 100), n, benchstat.LoadAvg())
 					// The cold side starts on a node that is not also refilling the pool, like the warm side.
 					waitPoolReady(b, ns, "python-node", int32(par))
 					if cold {
@@ -76,6 +77,7 @@ func BenchmarkWarmStart(b *testing.B) {
 					}
 					d, n = gatewayRound(b, g, key, ns, par, "python-node")
 					warmGW, notWarm = append(warmGW, d...), notWarm+n
+					b.Logf("round: warm gateway p50 %s max %s (%d not warm); load %s", benchstat.Percentile(d, 50), benchstat.Percentile(d, 100), n, benchstat.LoadAvg())
 					if cold {
 						waitPoolReady(b, ns, "python-node", int32(par))
 						d, _ = gatewayRound(b, g, key, ns, par, "python-node-cold")
@@ -231,7 +233,8 @@ func deleteAllAndWait(b *testing.B, ns string) {
 	if err := k8s.DeleteAllOf(ctx, &airlockv1.Sandbox{}, client.InNamespace(ns)); err != nil {
 		b.Fatal(err)
 	}
-	eventually(b, readyTimeout, "round's sandboxes deleted", func() error {
+	// Deleting 20 gVisor sandboxes at once kept the 2-core local node busy (load ~120) for minutes.
+	eventually(b, 5*time.Minute, "round's sandboxes deleted", func() error {
 		var l airlockv1.SandboxList
 		if err := k8s.List(ctx, &l, client.InNamespace(ns)); err != nil {
 			return err
