@@ -117,13 +117,16 @@ func (h *poolHarness) readyMembers(n int) []corev1.Pod {
 	h.t.Helper()
 	g := NewWithT(h.t)
 	var pods []corev1.Pod
-	g.Eventually(func() int { pods = h.members(); return len(pods) }).WithTimeout(waitLong).Should(BeNumerically(">=", n))
-	for i := range pods {
-		if pods[i].Status.Phase != corev1.PodRunning {
-			markPodRunning(h.t, h.c, &pods[i], 0)
+	// Plays the kubelet in waves: the pool starts at most maxStarting members at once, the next ones as these run.
+	g.Eventually(func() int32 {
+		pods = h.members()
+		for i := range pods {
+			if pods[i].Status.Phase != corev1.PodRunning {
+				markPodRunning(h.t, h.c, &pods[i], 0)
+			}
 		}
-	}
-	g.Eventually(func() int32 { return h.getPool().Status.ReadyMembers }).WithTimeout(waitLong).Should(BeNumerically(">=", int32(n)))
+		return h.getPool().Status.ReadyMembers
+	}).WithTimeout(waitLong).Should(BeNumerically(">=", int32(n)))
 	return pods
 }
 
