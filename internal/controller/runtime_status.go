@@ -85,7 +85,7 @@ func isRuntimeMismatch(msg string) bool { return strings.HasPrefix(msg, sandbox.
 // (its flag error, which the pod's termination message falls back to).
 func isInitMismatch(msg string) bool {
 	return strings.HasPrefix(msg, sandbox.InitMismatchPrefix) || strings.Contains(msg, sandbox.InitBinary) ||
-		strings.Contains(msg, "flag provided but not defined: -"+strings.TrimSuffix(strings.TrimPrefix(sandbox.ProtocolFlag, "--"), "="))
+		strings.Contains(msg, "flag provided but not defined: -protocol") // sandbox.ProtocolFlag, as Go's flag package names it
 }
 
 var describeIsolation = map[airlockv1.Isolation]string{airlockv1.IsolationGVisor: "gVisor",

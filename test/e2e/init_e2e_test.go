@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
@@ -69,19 +70,10 @@ func TestInitFromImage(t *testing.T) {
 		if s.Status.Phase != airlockv1.PhaseFailed || conditionStatus(s, airlockv1.ConditionReady) != "False/"+controller.ReasonInitMismatch {
 			return fmt.Errorf("not yet: %s", describe(s))
 		}
-		if c := readyMessage(s); !strings.Contains(c, sandbox.InitBinary) {
-			t.Errorf("the Ready message does not name the missing %s: %s", sandbox.InitBinary, c)
+		if c := meta.FindStatusCondition(s.Status.Conditions, airlockv1.ConditionReady); c == nil || !strings.Contains(c.Message, sandbox.InitBinary) {
+			t.Errorf("the Ready message does not name the missing %s: %s", sandbox.InitBinary, describe(s))
 		}
 		t.Logf("without airlock-init: %s", describe(s))
 		return nil
 	})
-}
-
-func readyMessage(s *airlockv1.Sandbox) string {
-	for _, c := range s.Status.Conditions {
-		if c.Type == airlockv1.ConditionReady {
-			return c.Message
-		}
-	}
-	return ""
 }
