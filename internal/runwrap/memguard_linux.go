@@ -100,14 +100,22 @@ func snapshotMem() map[int]procMem {
 	return out
 }
 
-// GuardMemory polls the sandbox's memory every g.Interval and, above the
-// threshold, SIGKILLs the largest command tree (by RSS). A run it kills ends
-// with Trailer.OOMGuard set. It never returns.
+// GuardMemory polls the sandbox's memory every g.Interval while a run or a
+// kept leftover exists and, above the threshold, SIGKILLs the largest command
+// tree (by RSS). A run it kills ends with Trailer.OOMGuard set. With nothing to
+// guard it sleeps until something appears (s.busy). It never returns.
 func (s *Supervisor) GuardMemory(g MemoryGuard) {
 	tick := time.NewTicker(g.Interval)
 	defer tick.Stop()
 	var lastErr string
-	for range tick.C {
+	for {
+		if !s.guarding() {
+			tick.Stop()
+			<-s.busy
+			tick.Reset(g.Interval)
+			continue
+		}
+		<-tick.C
 		u, err := g.Usage()
 		if err != nil {
 			if err.Error() != lastErr {
@@ -134,6 +142,26 @@ func (s *Supervisor) GuardMemory(g MemoryGuard) {
 		fmt.Fprintf(s.log, "airlock-init pid1: memory guard: killing %s (%d processes): %s\n", id, len(pids), detail)
 		s.guardKill(cands[i], pids, detail)
 	}
+}
+
+// guarding reports whether anything may need the guard: a run that has not
+// ended, or a leftover kept on purpose.
+func (s *Supervisor) guarding() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.runs {
+		select {
+		case <-r.ended:
+		default:
+			return true
+		}
+	}
+	for _, kept := range s.claimed {
+		if kept {
+			return true
+		}
+	}
+	return false
 }
 
 // memCandidates lists the trees the guard may kill.

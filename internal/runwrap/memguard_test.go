@@ -3,10 +3,12 @@ package runwrap
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,5 +125,39 @@ func TestMemoryGuardKillsLargest(t *testing.T) {
 	_ = small.Wait()
 	if _, tr := splitTrailer(t, smallErr.String()); tr == nil || tr.OOMGuard != "" || tr.ExitCode != 0 {
 		t.Fatalf("the small command must finish normally, got %+v", tr)
+	}
+}
+
+// An idle sandbox's guard reads nothing (under gVisor every wakeup costs the
+// sentry CPU, and most sandboxes are idle most of the time); a run wakes it,
+// and it sleeps again once the run has ended.
+func TestMemoryGuardSleepsWhileIdle(t *testing.T) {
+	s := NewSupervisor(io.Discard)
+	var reads atomic.Int64
+	go s.GuardMemory(MemoryGuard{Headroom: 1, Interval: time.Millisecond, Usage: func() (MemUsage, error) {
+		reads.Add(1)
+		return MemUsage{Used: 1, Limit: 1 << 30}, nil
+	}})
+	time.Sleep(200 * time.Millisecond)
+	if n := reads.Load(); n != 0 {
+		t.Fatalf("idle: the guard read the usage %d times, want 0", n)
+	}
+	r := &run{cfg: Config{ID: "r1"}, ended: make(chan struct{})}
+	if why := s.register(r); why != "" {
+		t.Fatal(why)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for reads.Load() < 5 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := reads.Load(); n < 5 {
+		t.Fatalf("with a run: %d reads in 2s, want it polling", n)
+	}
+	close(r.ended)
+	time.Sleep(50 * time.Millisecond) // the read in flight, if any
+	before := reads.Load()
+	time.Sleep(200 * time.Millisecond)
+	if n := reads.Load() - before; n != 0 {
+		t.Fatalf("after the run ended: %d more reads, want 0", n)
 	}
 }

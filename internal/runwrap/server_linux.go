@@ -35,6 +35,9 @@ type Supervisor struct {
 	claimed map[int]bool
 	// spare is a keeper started ahead of the next run.
 	spare *keeperProc
+	// busy wakes the memory guard when something it guards appears: an idle
+	// sandbox then costs no timer wakeups (each one is costly under gVisor).
+	busy chan struct{}
 }
 
 type run struct {
@@ -78,7 +81,7 @@ type run struct {
 // NewSupervisor returns a supervisor; log receives its own diagnostics.
 func NewSupervisor(log io.Writer) *Supervisor {
 	return &Supervisor{self: os.Getpid(), log: log, waiters: map[int]chan syscall.WaitStatus{},
-		runs: map[string]*run{}, claimed: map[int]bool{}}
+		runs: map[string]*run{}, claimed: map[int]bool{}, busy: make(chan struct{}, 1)}
 }
 
 // Listen binds the supervisor's socket.
@@ -244,7 +247,16 @@ func (s *Supervisor) register(r *run) string {
 		}
 	}
 	s.runs[r.cfg.ID] = r
+	s.wake()
 	return ""
+}
+
+// wake tells the memory guard there may be something to guard.
+func (s *Supervisor) wake() {
+	select {
+	case s.busy <- struct{}{}:
+	default:
+	}
 }
 
 // backgroundStdio is a background run's descriptors: /dev/null for the
@@ -486,6 +498,9 @@ func (s *Supervisor) adoptOrphans(kept bool) []int {
 		}
 		s.claimed[pid] = kept
 		out = append(out, pid)
+	}
+	if len(out) > 0 {
+		s.wake()
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -215,21 +216,39 @@ func TestManagerKilledRepeatedlyLosesNothing(t *testing.T) {
 			problem("%d %s left without their Sandbox", items, kind)
 		}
 	}
-	eventually(t, 30*time.Second, "exactly one usage record per sandbox", func() error {
-		for name := range boxes {
-			evs, err := sandboxEvents(ctx, ns, name, "Deleted")
-			if err != nil {
-				return err
-			}
-			if len(evs) != 1 || !strings.Contains(evs[0].Note, "sandbox-seconds") {
-				return fmt.Errorf("%s: %d Deleted events, want 1", name, len(evs))
-			}
+	// Reported with the rest, not fatally: a failure here must not hide the problems above.
+	var usageErr error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if usageErr = oneUsageRecordEach(ctx, ns, boxes); usageErr == nil || time.Now().After(deadline) {
+			break
 		}
-		return nil
-	})
+	}
+	if usageErr != nil {
+		problem("exactly one usage record per sandbox: not true after 30s: %v", usageErr)
+	}
 	if len(problems) > 0 {
 		t.Errorf("with the manager SIGKILLed %d times:\n%s", kills, strings.Join(problems, "\n"))
 	}
+}
+
+// oneUsageRecordEach checks that each named sandbox has exactly one Deleted event that records its usage, and
+// names every sandbox that has not.
+func oneUsageRecordEach[T any](ctx context.Context, ns string, boxes map[string]T) error {
+	var wrong []string
+	for name := range boxes {
+		evs, err := sandboxEvents(ctx, ns, name, "Deleted")
+		if err != nil {
+			return err
+		}
+		if len(evs) != 1 || !strings.Contains(evs[0].Note, "sandbox-seconds") {
+			wrong = append(wrong, fmt.Sprintf("%s: %d Deleted events", name, len(evs)))
+		}
+	}
+	if len(wrong) > 0 {
+		sort.Strings(wrong)
+		return fmt.Errorf("want 1 each: %s", strings.Join(wrong, ", "))
+	}
+	return nil
 }
 
 func listLen(list client.ObjectList) int {
