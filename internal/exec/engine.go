@@ -52,6 +52,13 @@ type Options struct {
 	// DeadlineMargin is added to timeout+grace for the client-side deadline,
 	// so that a hung stream cannot hang the caller (default 30s).
 	DeadlineMargin time.Duration
+	// RuntimeStartRetry is how long a command the container runtime could
+	// not start (ErrRuntimeStart: nothing ran) is retried, with backoff,
+	// before the error is returned (default 15s; negative: never). A loaded
+	// node refuses bursts of execs this way (containerd's "failed to load
+	// task: context deadline exceeded"), and a retry moments later works.
+	// A command streaming stdin from a reader is never retried.
+	RuntimeStartRetry time.Duration
 	// OOMChecker, if set, is asked whether a SIGKILLed or lost command was an
 	// OOM kill (see PodOOMChecker).
 	OOMChecker OOMChecker
@@ -88,6 +95,9 @@ func New(cfg *rest.Config, opts Options) (*Engine, error) {
 	if opts.DeadlineMargin <= 0 {
 		opts.DeadlineMargin = 30 * time.Second
 	}
+	if opts.RuntimeStartRetry == 0 {
+		opts.RuntimeStartRetry = 15 * time.Second
+	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
 	}
@@ -112,6 +122,24 @@ func (e *Engine) Stream(ctx context.Context, req Request, onChunk func(Chunk) er
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
+	giveUp := time.Now().Add(e.opts.RuntimeStartRetry)
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		res, err := e.attempt(ctx, req, onChunk)
+		if !errors.Is(err, ErrRuntimeStart) || req.StdinReader != nil || time.Now().Add(wait).After(giveUp) {
+			return res, err
+		}
+		e.opts.Logger.Info("the container runtime could not start the command; retrying", "namespace", req.Namespace,
+			"pod", req.Pod, "after", wait, "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// attempt is one try at Stream.
+func (e *Engine) attempt(ctx context.Context, req Request, onChunk func(Chunk) error) (*Result, error) {
 	timeout := req.Timeout
 	if timeout == 0 {
 		timeout = e.opts.DefaultTimeout

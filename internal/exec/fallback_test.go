@@ -4,7 +4,10 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	amhttpstream "k8s.io/apimachinery/pkg/util/httpstream" //nolint:staticcheck // the test shows this deprecated check does not trigger the fallback
 	"k8s.io/client-go/rest"
@@ -122,10 +125,35 @@ func TestEngineForbiddenExec(t *testing.T) {
 func TestEngineRuntimeStartFailure(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(string(p), func(t *testing.T) {
-			env := newEnv(t, p, func(so *execserver.Options, _ *Options) { so.Rewrite[DefaultWrapperPath] = "/no/such/airlock-init" })
+			env := newEnv(t, p, func(so *execserver.Options, eo *Options) {
+				so.Rewrite[DefaultWrapperPath] = "/no/such/airlock-init"
+				eo.RuntimeStartRetry = 2 * time.Second
+			})
+			start := time.Now()
 			res, err := env.eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}})
 			if res != nil || !errors.Is(err, ErrNotStarted) || !errors.Is(err, ErrRuntimeStart) {
 				t.Fatalf("want ErrNotStarted + ErrRuntimeStart, got %+v, %v", res, err)
+			}
+			if took := time.Since(start); took < time.Second || took > 10*time.Second {
+				t.Errorf("gave up after %v, want about the 2s retry budget", took)
+			}
+		})
+	}
+}
+
+// A runtime that cannot start the command for a moment (its binary appears
+// 700 ms later here; a loaded containerd in real life) is retried: the
+// command runs once, and its result is returned as if nothing happened.
+func TestEngineRuntimeStartRetried(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(string(p), func(t *testing.T) {
+			late := filepath.Join(t.TempDir(), "airlock-init")
+			env := newEnv(t, p, func(so *execserver.Options, _ *Options) { so.Rewrite[DefaultWrapperPath] = late })
+			timer := time.AfterFunc(700*time.Millisecond, func() { _ = os.Symlink(wrapperBin, late) })
+			defer timer.Stop()
+			res, err := env.eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: "echo ran >> runs; cat runs"})
+			if err != nil || res.ExitCode != 0 || res.Stdout != "ran\n" {
+				t.Fatalf("want one run after retries, got %+v, %v", res, err)
 			}
 		})
 	}

@@ -25,20 +25,23 @@ import (
 	"airlock.dev/airlock/internal/testutil/benchstat"
 )
 
-// TestManagerKilledRepeatedlyLosesNothing SIGKILLs the manager every 2–4 s (and restarts it at once) while 30
-// sandboxes are created one every 3 s, each used (a command runs in it once it is Ready) and left to expire
-// after 30 s. They request 50m CPU instead of small's 250m, so that the ~10 alive at a time fit the 2-core
-// node. (One every 2 s, ~15 alive, loaded the node so that pods took 8 s at p50 to terminate.) Nothing may outlive its expiry: each Sandbox, its pod and its policy are gone by expiry + 10 s;
+// TestManagerKilledRepeatedlyLosesNothing SIGKILLs the manager every 2–4 s (and restarts it at once) while 24
+// sandboxes are created one every 3 s, at most 6 alive at a time, each used (a command runs in it once it is
+// Ready) and left to expire after 30 s. They request 50m CPU instead of small's 250m. The cap keeps the test
+// about the manager, not the node: a gVisor pod's start and teardown take ~3 CPU-seconds, and with ~10 alive
+// the 2-core node was so loaded that most sandboxes were not Ready before they expired and pods took 10 s to
+// terminate. Nothing may outlive its expiry: each Sandbox, its pod and its policy are gone by expiry + 15 s;
 // no sandbox ever has two pods; nothing is left without its Sandbox; and usage is recorded exactly once per
 // sandbox (one Deleted event), whichever step a kill interrupted.
 func TestManagerKilledRepeatedlyLosesNothing(t *testing.T) {
 	ns := newTenant(t)
 	ctx := context.Background()
 	const (
-		n        = 30
+		n        = 24
+		maxAlive = 6
 		ttl      = 30 * time.Second
 		every    = 3 * time.Second
-		lateness = 10 * time.Second
+		lateness = 15 * time.Second
 	)
 
 	// The killer owns the manager while it runs; mgr is the survivor afterwards, whatever happens.
@@ -93,7 +96,7 @@ func TestManagerKilledRepeatedlyLosesNothing(t *testing.T) {
 			problems = append(problems, fmt.Sprintf(format, args...))
 		}
 	}
-	end := time.Now().Add(n*every + ttl + 2*time.Minute)
+	end := time.Now().Add(n*(ttl+30*time.Second)/maxAlive + 2*time.Minute) // a sandbox lives ~ttl + 30 s, Ready and gone included
 	next := time.Now()
 	for created := 0; ; time.Sleep(250 * time.Millisecond) {
 		select {
@@ -102,14 +105,20 @@ func TestManagerKilledRepeatedlyLosesNothing(t *testing.T) {
 		default:
 		}
 		now := time.Now()
-		if created < n && !now.Before(next) {
+		alive := 0
+		for _, b := range boxes {
+			if b.gone.IsZero() {
+				alive++
+			}
+		}
+		if created < n && !now.Before(next) && alive < maxAlive {
 			name := fmt.Sprintf("k%02d", created)
 			createSandbox(t, ns, name, withTimeout(ttl), func(s *airlockv1.Sandbox) {
 				s.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m")}}
 			})
 			boxes[name] = &tracked{created: now}
 			created++
-			next = next.Add(every)
+			next = now.Add(every) // from now: a creation the cap held does not make a burst
 		}
 		for len(used) > 0 {
 			r := <-used
@@ -295,13 +304,15 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 	}
 	bgID := str(t, bg, "process_id")
 
-	// In each sandbox: three commands that end on their own after 8 s (and leave a file), two that would run
-	// for 5 minutes but have a 12 s deadline.
+	// In each sandbox: three commands that end on their own after 25 s (and leave a file), two that would run
+	// for 5 minutes but have a 30 s deadline. Long enough for all 20 to be running at once: a burst of 20 execs
+	// takes the 2-core node's containerd over 10 s to start (some at the gateway's retry).
 	type call struct {
 		box, n int
 		short  bool
 		err    error
 		status int
+		body   map[string]any
 		ended  time.Time
 	}
 	calls := make(chan call, boxes*perBox)
@@ -309,29 +320,37 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 	for i, id := range ids {
 		for n := range perBox {
 			short := n < 3
-			cmd, timeout := fmt.Sprintf("echo started; sleep 8; echo done > done-%d", n), 20_000
+			cmd, timeout := fmt.Sprintf("echo started; sleep 25; echo done > done-%d", n), 60_000
 			if !short {
-				cmd, timeout = "echo started; exec sleep 300", 12_000
+				cmd, timeout = "echo started; exec sleep 300", 30_000
 			}
 			go func() {
-				s, _, err := a.try(key, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"command": cmd, "timeout_ms": timeout})
-				calls <- call{box: i, n: n, short: short, err: err, status: s, ended: time.Now()}
+				s, body, err := a.try(key, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"command": cmd, "timeout_ms": timeout})
+				calls <- call{box: i, n: n, short: short, err: err, status: s, body: body, ended: time.Now()}
 			}()
 		}
 	}
 	// All 20 run in their sandboxes (their sleeps are visible) before the kill.
-	eventually(t, 30*time.Second, "20 commands running", func() error {
-		total := 0
+	eventually(t, 60*time.Second, "20 commands running", func() error {
+		total, last := 0, map[string]any{}
 		for _, id := range ids {
-			res := b.execCmd(t, key, id, "ps -eo comm= | grep -c '^sleep$' || true", 10_000)
-			n, _ := strconv.Atoi(strings.TrimSpace(fmt.Sprint(res["stdout"])))
+			last = b.execCmd(t, key, id, "ps -eo comm= | grep -c '^sleep$' || true", 10_000)
+			n, _ := strconv.Atoi(strings.TrimSpace(fmt.Sprint(last["stdout"])))
 			total += n
 		}
 		if total < boxes*perBox {
-			return fmt.Errorf("%d sleeps running", total)
+			ended := ""
+			select {
+			case c := <-calls:
+				ended = fmt.Sprintf("; %d calls already ended, one with status %d %v, error %v", len(calls)+1, c.status, c.body, c.err)
+				calls <- c
+			default:
+			}
+			return fmt.Errorf("%d sleeps running (the last count: %v)%s", total, last, ended)
 		}
 		return nil
 	})
+	t.Logf("all 20 commands running %s after the calls", time.Since(started).Round(time.Millisecond))
 	killed := time.Now()
 	_ = a.cmd.Process.Signal(syscall.SIGKILL)
 	_ = a.cmd.Wait()
@@ -358,10 +377,10 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 	if status != http.StatusOK || proc["status"] != "exited" || proc["exit_code"] != float64(0) || !strings.Contains(fmt.Sprint(proc["stdout"]), "tick 16\n") {
 		t.Errorf("background process after the kill: %d %v", status, proc)
 	}
-	// Deadlines hold: soon after 12 s + grace no command is left, and the short ones finished their work. (The
-	// calls went out at `started`; opening 20 exec streams takes a few seconds, hence the margin.)
-	time.Sleep(time.Until(started.Add(12*time.Second + runwrap.DefaultGrace)))
-	eventually(t, 10*time.Second, "every command ended by its deadline, the short ones after their work", func() error {
+	// Deadlines hold: soon after 30 s + grace no command is left, and the short ones finished their work. (The
+	// calls went out at `started`; starting 20 execs takes seconds, hence the margin.)
+	time.Sleep(time.Until(started.Add(30*time.Second + runwrap.DefaultGrace)))
+	eventually(t, 30*time.Second, "every command ended by its deadline, the short ones after their work", func() error {
 		for _, id := range ids {
 			res := b.execCmd(t, key, id, "ps -eo comm= | grep -c '^sleep$'; ls done-* | wc -l", 10_000)
 			if got := strings.Fields(fmt.Sprint(res["stdout"])); len(got) != 2 || got[0] != "0" || got[1] != "3" {
@@ -370,6 +389,6 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("20 callers got their error at once; the surviving gateway served all 4 sandboxes; every command had ended %s after the calls (long ones: 12 s deadline + %s grace)",
+	t.Logf("20 callers got their error at once; the surviving gateway served all 4 sandboxes; every command had ended %s after the calls (long ones: 30 s deadline + %s grace)",
 		time.Since(started).Round(time.Second), runwrap.DefaultGrace)
 }
