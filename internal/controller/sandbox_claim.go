@@ -31,10 +31,6 @@ import (
 // ReasonWaitingForMember: the sandbox's pool is drained and its whenDrained is Wait.
 const ReasonWaitingForMember = "WaitingForPoolMember"
 
-// annotationClaimedAt is when a member was claimed, so that a claim whose status write was lost is recovered
-// with its time.
-const annotationClaimedAt = "sandbox.airlock.dev/claimed-at"
-
 // claimObs is what the claim step decided.
 type claimObs struct {
 	pool string
@@ -145,7 +141,7 @@ func (c *PoolClaimer) recoverClaim(ctx context.Context, sbx *airlockv1.Sandbox, 
 			obs.claim = &claimObs{pool: sbx.Spec.PoolRef.Name, message: "created a pod cold"}
 			return false, nil // ensurePod finds it
 		}
-		at, err := time.Parse(time.RFC3339Nano, pod.Annotations[annotationClaimedAt])
+		at, err := time.Parse(time.RFC3339Nano, pod.Annotations[sandbox.AnnotationClaimedAt])
 		if err != nil {
 			at = obs.now
 		}
@@ -245,7 +241,7 @@ func (c *PoolClaimer) take(ctx context.Context, sbx *airlockv1.Sandbox, pod *cor
 		}
 		claimed.Labels[sandbox.LabelName] = sbx.Name
 		claimed.Annotations[sandbox.AnnotationClaimedBy] = string(sbx.UID)
-		claimed.Annotations[annotationClaimedAt] = now.UTC().Format(time.RFC3339Nano)
+		claimed.Annotations[sandbox.AnnotationClaimedAt] = now.UTC().Format(time.RFC3339Nano)
 		if err := c.moveController(sbx, claimed); err != nil {
 			return false, err
 		}

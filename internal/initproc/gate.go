@@ -259,7 +259,9 @@ type readyServer struct {
 }
 
 const (
-	readyHold      = 8 * time.Second // below the probe's timeoutSeconds (internal/sandbox)
+	// readyHold is below the probe's timeoutSeconds (internal/sandbox), and short: a probe that never gets an
+	// answer costs its whole timeout before the next one, and a held one that ends in 503 only a moment.
+	readyHold      = 1500 * time.Millisecond
 	readyHeadLimit = 4 << 10
 	readyOK        = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\ngate passed\n"
 	readyPending   = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 13\r\nConnection: close\r\n\r\ngate pending\n"

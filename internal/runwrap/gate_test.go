@@ -1,6 +1,7 @@
 package runwrap
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -50,7 +51,8 @@ func TestNoCommandBeforeTheGate(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = pid1.Process.Kill(); _ = pid1.Wait() })
 
-	// The kubelet's probe, made before the gate passed: held until it does.
+	// The kubelet's probe, every period from before the gate passed: each is held for a while, then answered
+	// 503 while the gate is pending; the first 200 is reported.
 	type answer struct {
 		status int
 		at     time.Time
@@ -58,18 +60,19 @@ func TestNoCommandBeforeTheGate(t *testing.T) {
 	}
 	probed := make(chan answer, 1)
 	go func() {
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			resp, err := (&http.Client{Timeout: 30 * time.Second}).Get("http://" + readyAddr + "/")
-			if err != nil && time.Now().Before(deadline) {
-				continue // PID 1 is not listening yet
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusServiceUnavailable {
+					probed <- answer{status: resp.StatusCode, at: time.Now()}
+					return
+				}
 			}
-			if err != nil {
-				probed <- answer{err: err}
+			if time.Now().After(deadline) {
+				probed <- answer{err: fmt.Errorf("no answer but 503 or errors (last: %v)", err)}
 				return
 			}
-			resp.Body.Close()
-			probed <- answer{status: resp.StatusCode, at: time.Now()}
-			return
 		}
 	}()
 	made := filepath.Join(t.TempDir(), "ran")

@@ -26,6 +26,9 @@ const (
 	AnnotationMemberHash = "sandbox.airlock.dev/member-hash"
 	// AnnotationClaimedBy is set by the claim, with the claiming Sandbox's UID.
 	AnnotationClaimedBy = "sandbox.airlock.dev/claimed-by"
+	// AnnotationClaimedAt is when the claim's pass began: a claim whose status write was lost is recovered
+	// with its time.
+	AnnotationClaimedAt = "sandbox.airlock.dev/claimed-at"
 )
 
 // PoolSandbox is the sandbox a pool's members are built as: the pool's template and network mode, no

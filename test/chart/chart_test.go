@@ -337,6 +337,10 @@ func TestTenants(t *testing.T) {
 		if img, _, _ := unstructuredString(tpl, "spec", "image"); img != sandboxImage {
 			t.Errorf("template image in %s = %s, want %s (hack/images.sh ref sandbox)", ns, img, sandboxImage)
 		}
+		// That image carries airlock-init: the template runs it and mounts no init volume.
+		if init, _, _ := unstructuredString(tpl, "spec", "init"); init != "Image" {
+			t.Errorf("template init in %s = %q, want Image", ns, init)
+		}
 	}
 	if objs := render(t, "--set", "tenants[0].name=a,tenantDefaults.keepOnUninstall=false"); len(objs.must(t, "Namespace", "", "a").GetAnnotations()) != 0 {
 		t.Error("keepOnUninstall=false still keeps the namespace")

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/sandbox"
 	"airlock.dev/airlock/internal/testutil/benchstat"
 )
 
@@ -63,24 +65,28 @@ func BenchmarkWarmStart(b *testing.B) {
 			for b.Loop() {
 				var warmCR, coldCR, warmGW, coldGW []time.Duration
 				var notWarm int
+				// Every round starts with the pool full and the node settled (below), warm and cold alike.
+				round := func(name string, f func() ([]time.Duration, int)) ([]time.Duration, int) {
+					waitPoolReady(b, ns, "python-node", int32(par))
+					settle(b)
+					var d []time.Duration
+					var n int
+					busy, _ := benchstat.CPUBusyDuring(func() { d, n = f() })
+					b.Logf("round: %s p50 %s max %s (%d not warm); node CPU busy %.0f%% during it; load %s", name,
+						benchstat.Percentile(d, 50), benchstat.Percentile(d, 100), n, 100*busy, benchstat.LoadAvg())
+					return d, n
+				}
 				for range rounds {
-					waitPoolReady(b, ns, "python-node", int32(par))
-					d, n := crRound(b, ns, par, true)
+					d, n := round("warm CR", func() ([]time.Duration, int) { return crRound(b, ns, par, true) })
 					warmCR, notWarm = append(warmCR, d...), notWarm+n
-					b.Logf("round: warm CR p50 %s max %s (%d not warm); load %s", benchstat.Percentile(d, 50), benchstat.Percentile(d, 100), n, benchstat.LoadAvg())
-					// The cold side starts on a node that is not also refilling the pool, like the warm side.
-					waitPoolReady(b, ns, "python-node", int32(par))
 					if cold {
-						d, _ = crRound(b, ns, par, false)
+						d, _ = round("cold CR", func() ([]time.Duration, int) { return crRound(b, ns, par, false) })
 						coldCR = append(coldCR, d...)
-						waitPoolReady(b, ns, "python-node", int32(par))
 					}
-					d, n = gatewayRound(b, g, key, ns, par, "python-node")
+					d, n = round("warm gateway", func() ([]time.Duration, int) { return gatewayRound(b, g, key, ns, par, "python-node") })
 					warmGW, notWarm = append(warmGW, d...), notWarm+n
-					b.Logf("round: warm gateway p50 %s max %s (%d not warm); load %s", benchstat.Percentile(d, 50), benchstat.Percentile(d, 100), n, benchstat.LoadAvg())
 					if cold {
-						waitPoolReady(b, ns, "python-node", int32(par))
-						d, _ = gatewayRound(b, g, key, ns, par, "python-node-cold")
+						d, _ = round("cold gateway", func() ([]time.Duration, int) { return gatewayRound(b, g, key, ns, par, "python-node-cold") })
 						coldGW = append(coldGW, d...)
 					}
 				}
@@ -110,6 +116,18 @@ func BenchmarkWarmStart(b *testing.B) {
 	}
 }
 
+// settle waits until the node's CPU is quiet (under 35% busy over a second, the pool's idle members and the
+// control plane using less), for up to 3 minutes: the previous round's 20 gVisor teardowns and the pool's refill
+// otherwise run on into the next round's measurement, on both sides.
+func settle(b *testing.B) {
+	waited, busy, quiet := benchstat.WaitQuiet(0.35, 3*time.Minute)
+	if !quiet {
+		b.Logf("node not quiet after %s (CPU %.0f%% busy): measuring anyway", waited.Round(time.Second), 100*busy)
+		return
+	}
+	b.Logf("node quiet (CPU %.0f%% busy) after %s", 100*busy, waited.Round(time.Second))
+}
+
 // benchParallelism is AIRLOCK_BENCH_PARALLEL (comma-separated), else 1 and 20. Each sandbox pod requests at
 // least 100m CPU, so a node needs 2× the parallelism × 100m free: 20 members and 20 cold
 // sandboxes do not fit on the 2-core local cluster's node.
@@ -126,8 +144,14 @@ func benchParallelism() []int {
 	return out
 }
 
+// warmPhases are the marks a warm CR round records for each sandbox, from the moment its create was sent: the
+// create answered, the finalizer seen on the watch (the manager's first pass), the claiming pass began (the
+// member's claimed-at annotation, the manager's clock on this same machine) and Ready seen on the watch.
+var warmPhases = []string{"created", "finalizer", "claim began", "ready"}
+
 // crRound creates n Sandboxes at once, with the pool or without it, and returns each one's creation-to-Ready
-// time seen through a watch, and how many of the warm ones were not warm; then deletes them and waits.
+// time seen through a watch, and how many of the warm ones were not warm; then deletes them and waits. A warm
+// round also logs the p50 and max of each of warmPhases, to tell queueing from API writes in a burst.
 func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 	ctx := context.Background()
 	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
@@ -141,6 +165,8 @@ func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 	defer w.Stop()
 	var mu sync.Mutex
 	started := map[string]time.Time{}
+	first := map[string]time.Time{} // every sandbox's create time, kept for the phases
+	marks := map[string][]time.Duration{}
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
@@ -152,23 +178,35 @@ func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 			if warm {
 				s.Spec.PoolRef = &airlockv1.PoolReference{Name: "python-node"}
 			}
+			t0 := time.Now()
 			mu.Lock()
-			started[s.Name] = time.Now()
+			started[s.Name], first[s.Name] = t0, t0
 			mu.Unlock()
 			if err := k8s.Create(ctx, s); err != nil {
 				b.Error(err)
 			}
+			mu.Lock()
+			marks["created"] = append(marks["created"], time.Since(t0))
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	var took []time.Duration
 	misses := 0
+	finalized := map[string]bool{}
 	deadline := time.After(readyTimeout)
 	for len(took) < n {
 		select {
 		case ev := <-w.ResultChan():
 			s, ok := ev.Object.(*airlockv1.Sandbox)
-			if !ok || ev.Type == watch.Deleted || s.Status.Phase != airlockv1.PhaseReady {
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			if t0, ok := first[s.Name]; ok && !finalized[s.Name] && len(s.Finalizers) > 0 {
+				finalized[s.Name] = true
+				marks["finalizer"] = append(marks["finalizer"], time.Since(t0))
+			}
+			if s.Status.Phase != airlockv1.PhaseReady {
 				continue
 			}
 			mu.Lock()
@@ -179,6 +217,7 @@ func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 				continue
 			}
 			took = append(took, time.Since(t0))
+			marks["ready"] = append(marks["ready"], time.Since(t0))
 			if warm && (s.Status.Pool == nil || s.Status.Pool.Result != airlockv1.ClaimWarm) {
 				misses++
 			}
@@ -193,8 +232,32 @@ func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 			b.Fatalf("%d of %d sandboxes (warm %t) not Ready after %s:\n%s", n-len(took), n, warm, readyTimeout, strings.Join(waiting, "\n"))
 		}
 	}
+	if warm {
+		logWarmPhases(b, ns, first, marks)
+	}
 	deleteAllAndWait(b, ns)
 	return took, misses
+}
+
+// logWarmPhases adds each claimed member's claimed-at to marks and logs the p50 and max of every phase.
+func logWarmPhases(b *testing.B, ns string, first map[string]time.Time, marks map[string][]time.Duration) {
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		t0, ok := first[p.Labels[sandbox.LabelName]]
+		at, err := time.Parse(time.RFC3339Nano, p.Annotations[sandbox.AnnotationClaimedAt])
+		if ok && err == nil {
+			marks["claim began"] = append(marks["claim began"], at.Sub(t0))
+		}
+	}
+	var line []string
+	for _, k := range warmPhases {
+		line = append(line, fmt.Sprintf("%s %s/%s", k, benchstat.Percentile(marks[k], 50).Round(time.Millisecond),
+			benchstat.Percentile(marks[k], 100).Round(time.Millisecond)))
+	}
+	b.Logf("warm phases from create, p50/max: %s", strings.Join(line, ", "))
 }
 
 // gatewayRound sends n creates of template at once and returns each POST's time to its 201 with status ready,

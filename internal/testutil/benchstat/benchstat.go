@@ -122,3 +122,69 @@ func LoadAvg() string {
 	}
 	return strings.Join(f[:3], " ")
 }
+
+// CPUBusy is the share of the machine's CPU time (all cores, 0..1) spent working (not idle, iowait or stolen)
+// over the next window.
+func CPUBusy(window time.Duration) (float64, error) {
+	return CPUBusyDuring(func() { time.Sleep(window) })
+}
+
+// CPUBusyDuring is CPUBusy over the time f runs.
+func CPUBusyDuring(f func()) (float64, error) {
+	busy0, total0, err := cpuTimes()
+	if err != nil {
+		return 0, err
+	}
+	f()
+	busy1, total1, err := cpuTimes()
+	if err != nil {
+		return 0, err
+	}
+	if total1 <= total0 {
+		return 0, nil
+	}
+	return float64(busy1-busy0) / float64(total1-total0), nil
+}
+
+// WaitQuiet waits until the machine's CPU is busy less than below (0..1) over a whole second, for at most max,
+// so that a round does not measure the previous round's teardown. It returns how long it waited and the last
+// second's busy share; quiet is false when max ran out first.
+func WaitQuiet(below float64, max time.Duration) (waited time.Duration, busy float64, quiet bool) {
+	start := time.Now()
+	for time.Since(start) < max {
+		b, err := CPUBusy(time.Second)
+		if err != nil {
+			return time.Since(start), 0, false
+		}
+		if busy = b; b < below {
+			return time.Since(start), b, true
+		}
+	}
+	return time.Since(start), busy, false
+}
+
+// cpuTimes reads the aggregate cpu line of /proc/stat: busy and total jiffies.
+func cpuTimes() (busy, total uint64, err error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading /proc/stat: %w", err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("unexpected /proc/stat first line %q", line)
+	}
+	// user nice system idle iowait irq softirq steal; guest time is already in user. Steal is the
+	// hypervisor's, not this machine's work: it counts in the total only.
+	for i, s := range f[1:min(len(f), 9)] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("parsing /proc/stat %q: %w", line, err)
+		}
+		total += v
+		if i != 3 && i != 4 && i != 7 {
+			busy += v
+		}
+	}
+	return busy, total, nil
+}

@@ -2,6 +2,7 @@ package benchstat
 
 import (
 	"os"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -30,5 +31,27 @@ func TestProcessFigures(t *testing.T) {
 	}
 	if _, err := PeakRSS(1 << 30); err == nil {
 		t.Error("no error for a missing process")
+	}
+}
+
+func TestCPUBusySeesASpinningCore(t *testing.T) {
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	busy, err := CPUBusy(300 * time.Millisecond)
+	close(stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One of NumCPU cores spins the whole window (or the machine is busier still).
+	if want := 0.8 / float64(runtime.NumCPU()); busy < want || busy > 1 {
+		t.Errorf("CPUBusy = %.2f with a core spinning, want between %.2f and 1", busy, want)
 	}
 }
