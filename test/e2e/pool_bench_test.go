@@ -24,9 +24,10 @@ import (
 // interleaved (warm, cold, warm, cold…), at parallelism 1 and 20: a Sandbox CR to Ready (with spec.poolRef, or
 // without it), and the gateway's POST /v1/sandboxes to 201 Ready (a template with a pool, or an identical one
 // without). Both sides use the same image, runtime and resources; every round's sandboxes are deleted, and the
-// deletions awaited, before the next round, and the pool is refilled before each warm round. Ready is seen
-// through a watch, so that timing adds no polling load. AIRLOCK_BENCH_ROUNDS sets the rounds (default 20),
-// AIRLOCK_BENCH_PARALLEL the parallelisms (default 1,20).
+// deletions awaited, before the next round; every round starts with the pool full and the node's CPU settled
+// (settle). Ready is seen through a watch, so that timing adds no polling load. AIRLOCK_BENCH_ROUNDS sets the
+// rounds (default 20), AIRLOCK_BENCH_PARALLEL the parallelisms (default 1,20), AIRLOCK_BENCH_COLD=0 leaves out
+// the cold rounds.
 func BenchmarkWarmStart(b *testing.B) {
 	rounds := 20
 	if v, err := strconv.Atoi(os.Getenv("AIRLOCK_BENCH_ROUNDS")); err == nil && v > 0 {
