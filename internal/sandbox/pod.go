@@ -230,11 +230,15 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(ReadyPort), Path: "/"}},
 					// More than PID 1 holds a request (initproc.readyHold). Short, because a probe whose
-					// connection is lost costs all of it: a 10 s timeout gave 2 of 40 cold starts 10 s more.
+					// connection is lost costs all of it: with 10 s, 3 of 60 cold starts took 10 s more.
 					TimeoutSeconds:   2,
 					PeriodSeconds:    1,
 					SuccessThreshold: 1,
-					FailureThreshold: 3,
+					// Readiness only carries the gate: once passed, the Sandbox keeps it. But an unclaimed pool
+					// member must stay ready to be claimed (and is replaced if it stays unready), so a node too
+					// busy to answer a few probes in time must not unready it: ~20 s of failures, as 3 of the
+					// earlier 10 s timeouts took.
+					FailureThreshold: 10,
 				},
 			}},
 			Volumes: volumes,
