@@ -29,7 +29,7 @@ import (
 
 const (
 	// Finalizer lets the controller record usage and remove the pod before the Sandbox goes away.
-	Finalizer = sandbox.Finalizer
+	Finalizer = "sandbox.airlock.dev/cleanup"
 	// ReportingController names the manager in the events it writes itself (the usage record).
 	ReportingController = "airlock-manager"
 	// FieldOwner is the server-side-apply field manager of the objects the controller fully owns.

@@ -93,9 +93,6 @@ func buildSandbox(req *CreateRequest, p auth.Principal, tmpl string) (*airlockv1
 			GenerateName: "sbx-",
 			Namespace:    p.Tenant,
 			Annotations:  map[string]string{AnnotationKeyID: p.KeyID},
-			// The manager's finalizer, set now: the manager would otherwise add it with a write of its own
-			// before it could claim a pool member or create the pod.
-			Finalizers: []string{sandbox.Finalizer},
 		},
 		Spec: airlockv1.SandboxSpec{TemplateRef: &airlockv1.TemplateReference{Name: tmpl}},
 	}

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +14,6 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/gateway/admin"
-	"airlock.dev/airlock/internal/sandbox"
 )
 
 func TestIntegrationLegacyCreateShape(t *testing.T) {
@@ -36,10 +34,6 @@ func TestIntegrationLegacyCreateShape(t *testing.T) {
 	}
 	if sb.Spec.Size != airlockv1.SizeSmall || sb.Spec.Timeout.Duration != 30*time.Minute || sb.Spec.TemplateRef.Name != "python-node" {
 		t.Fatalf("spec %+v", sb.Spec)
-	}
-	// The manager's finalizer comes with the create, so the manager need not write it.
-	if !slices.Equal(sb.Finalizers, []string{sandbox.Finalizer}) {
-		t.Fatalf("finalizers %v, want [%s]", sb.Finalizers, sandbox.Finalizer)
 	}
 	// No controller runs here, so after the bounded wait the answer is still pending.
 	if body["status"] != "pending" {
@@ -88,16 +82,7 @@ func TestIntegrationCRUD(t *testing.T) {
 	if code, body = g.do(t, key, "DELETE", "/v1/sandboxes/"+id, nil); code != 200 || body["status"] != "terminating" {
 		t.Fatalf("delete: %d %v", code, body)
 	}
-	// The manager would now remove its pod and then its finalizer; no manager runs here, so the test does.
-	var sb airlockv1.Sandbox
-	if err := g.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: id}, &sb); err != nil {
-		t.Fatal(err)
-	}
-	sb.Finalizers = nil
-	if err := g.c.Update(context.Background(), &sb); err != nil {
-		t.Fatalf("removing the finalizer: %v", err)
-	}
-	// Gone: a repeat is 404, never an error status of another kind.
+	// Gone (no finalizer without the controller): a repeat is 404, never an error status of another kind.
 	if code, _ = g.do(t, key, "DELETE", "/v1/sandboxes/"+id, nil); code != 404 {
 		t.Fatalf("second delete: %d", code)
 	}

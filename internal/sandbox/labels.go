@@ -1,9 +1,6 @@
 package sandbox
 
 const (
-	// Finalizer lets the manager record usage and remove the pod before a Sandbox goes away. The manager adds
-	// it; the gateway sets it already in the Sandboxes it creates, which spares each one a write.
-	Finalizer = "sandbox.airlock.dev/cleanup"
 	// LabelName is set on every object made for a sandbox, with the Sandbox's name as value.
 	LabelName = "sandbox.airlock.dev/name"
 	// LabelManagedBy marks objects Airlock created.
