@@ -42,7 +42,7 @@ def main():
         used = collections.Counter()
         for pid, (comm, own, kids) in cur.items():
             before = prev.get(pid)
-            if before is None or before[0] != comm and comm != "kworker":
+            if before is None or before[0] != comm:
                 before = (comm, 0, kids)  # new process (or PID reused): all its CPU is this second's
             used[comm] += own - before[1]
             if kids > before[2]:

@@ -75,6 +75,7 @@ func BenchmarkWarmStart(b *testing.B) {
 					busy, _ := benchstat.CPUBusyDuring(func() { d, n = f() })
 					b.Logf("round: %s p50 %s max %s (%d not warm); node CPU busy %.0f%% during it; load %s", name,
 						benchstat.Percentile(d, 50), benchstat.Percentile(d, 100), n, 100*busy, benchstat.LoadAvg())
+					deleteAllAndWait(b, ns)
 					return d, n
 				}
 				for range rounds {
@@ -151,8 +152,8 @@ func benchParallelism() []int {
 var warmPhases = []string{"created", "finalizer", "claim began", "ready"}
 
 // crRound creates n Sandboxes at once, with the pool or without it, and returns each one's creation-to-Ready
-// time seen through a watch, and how many of the warm ones were not warm; then deletes them and waits. A warm
-// round also logs the p50 and max of each of warmPhases, to tell queueing from API writes in a burst.
+// time seen through a watch, and how many of the warm ones were not warm. A warm round also logs the p50 and
+// max of each of warmPhases, to tell queueing from API writes in a burst.
 func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 	ctx := context.Background()
 	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
@@ -166,7 +167,6 @@ func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 	defer w.Stop()
 	var mu sync.Mutex
 	started := map[string]time.Time{}
-	first := map[string]time.Time{} // every sandbox's create time, kept for the phases
 	marks := map[string][]time.Duration{}
 	var wg sync.WaitGroup
 	for i := range n {
@@ -181,7 +181,7 @@ func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 			}
 			t0 := time.Now()
 			mu.Lock()
-			started[s.Name], first[s.Name] = t0, t0
+			started[s.Name] = t0
 			mu.Unlock()
 			if err := k8s.Create(ctx, s); err != nil {
 				b.Error(err)
@@ -194,7 +194,7 @@ func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 	wg.Wait()
 	var took []time.Duration
 	misses := 0
-	finalized := map[string]bool{}
+	finalized, ready := map[string]bool{}, map[string]bool{}
 	deadline := time.After(readyTimeout)
 	for len(took) < n {
 		select {
@@ -203,20 +203,18 @@ func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 			if !ok || ev.Type == watch.Deleted {
 				continue
 			}
-			if t0, ok := first[s.Name]; ok && !finalized[s.Name] && len(s.Finalizers) > 0 {
-				finalized[s.Name] = true
-				marks["finalizer"] = append(marks["finalizer"], time.Since(t0))
-			}
-			if s.Status.Phase != airlockv1.PhaseReady {
-				continue
-			}
-			mu.Lock()
-			t0, mine := started[s.Name]
-			delete(started, s.Name)
-			mu.Unlock()
+			t0, mine := started[s.Name] // the creates are done: no lock needed
 			if !mine {
 				continue
 			}
+			if !finalized[s.Name] && len(s.Finalizers) > 0 {
+				finalized[s.Name] = true
+				marks["finalizer"] = append(marks["finalizer"], time.Since(t0))
+			}
+			if s.Status.Phase != airlockv1.PhaseReady || ready[s.Name] {
+				continue
+			}
+			ready[s.Name] = true
 			took = append(took, time.Since(t0))
 			marks["ready"] = append(marks["ready"], time.Since(t0))
 			if warm && (s.Status.Pool == nil || s.Status.Pool.Result != airlockv1.ClaimWarm) {
@@ -234,20 +232,19 @@ func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 		}
 	}
 	if warm {
-		logWarmPhases(b, ns, first, marks)
+		logWarmPhases(b, ns, started, marks)
 	}
-	deleteAllAndWait(b, ns)
 	return took, misses
 }
 
 // logWarmPhases adds each claimed member's claimed-at to marks and logs the p50 and max of every phase.
-func logWarmPhases(b *testing.B, ns string, first map[string]time.Time, marks map[string][]time.Duration) {
+func logWarmPhases(b *testing.B, ns string, started map[string]time.Time, marks map[string][]time.Duration) {
 	var pods corev1.PodList
 	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
 		b.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		t0, ok := first[p.Labels[sandbox.LabelName]]
+		t0, ok := started[p.Labels[sandbox.LabelName]]
 		at, err := time.Parse(time.RFC3339Nano, p.Annotations[sandbox.AnnotationClaimedAt])
 		if ok && err == nil {
 			marks["claim began"] = append(marks["claim began"], at.Sub(t0))
@@ -255,14 +252,13 @@ func logWarmPhases(b *testing.B, ns string, first map[string]time.Time, marks ma
 	}
 	var line []string
 	for _, k := range warmPhases {
-		line = append(line, fmt.Sprintf("%s %s/%s", k, benchstat.Percentile(marks[k], 50).Round(time.Millisecond),
-			benchstat.Percentile(marks[k], 100).Round(time.Millisecond)))
+		line = append(line, fmt.Sprintf("%s %s/%s", k, benchstat.Percentile(marks[k], 50), benchstat.Percentile(marks[k], 100)))
 	}
 	b.Logf("warm phases from create, p50/max: %s", strings.Join(line, ", "))
 }
 
 // gatewayRound sends n creates of template at once and returns each POST's time to its 201 with status ready,
-// and how many were not warm (when template has a pool); then deletes them and waits.
+// and how many were not warm (when template has a pool).
 func gatewayRound(b *testing.B, g *gatewayProc, key, ns string, n int, template string) ([]time.Duration, int) {
 	var mu sync.Mutex
 	var took []time.Duration
@@ -288,7 +284,6 @@ func gatewayRound(b *testing.B, g *gatewayProc, key, ns string, n int, template 
 		}()
 	}
 	wg.Wait()
-	deleteAllAndWait(b, ns)
 	return took, misses
 }
 

@@ -146,12 +146,12 @@ func CPUBusyDuring(f func()) (float64, error) {
 	return float64(busy1-busy0) / float64(total1-total0), nil
 }
 
-// WaitQuiet waits until the machine's CPU is busy less than below (0..1) over a whole second, for at most max,
-// so that a round does not measure the previous round's teardown. It returns how long it waited and the last
-// second's busy share; quiet is false when max ran out first.
-func WaitQuiet(below float64, max time.Duration) (waited time.Duration, busy float64, quiet bool) {
+// WaitQuiet waits until the machine's CPU is busy less than below (0..1) over a whole second, for at most
+// limit, so that a round does not measure the previous round's teardown. It returns how long it waited and the
+// last second's busy share; quiet is false when limit ran out first.
+func WaitQuiet(below float64, limit time.Duration) (waited time.Duration, busy float64, quiet bool) {
 	start := time.Now()
-	for time.Since(start) < max {
+	for time.Since(start) < limit {
 		b, err := CPUBusy(time.Second)
 		if err != nil {
 			return time.Since(start), 0, false
