@@ -205,10 +205,14 @@ func TestIntegrationPoolClaimAdoptsMemberWithoutNewPodOrPolicy(t *testing.T) {
 	for _, e := range pod.Spec.Containers[0].Env {
 		g.Expect(e.Name).NotTo(Equal("TASK"), "per-claim env is bound late, through the exec path")
 	}
+	// The member's policy moves to the sandbox once its status records the claim, not before Ready.
 	np := &networkingv1.NetworkPolicy{}
-	g.Expect(h.c.Get(ctx, key(h.ns, pod.Name), np)).To(Succeed())
-	g.Expect(metav1.IsControlledBy(np, got)).To(BeTrue(), "the member's policy moved to the sandbox")
+	g.Eventually(func() bool {
+		g.Expect(h.c.Get(ctx, key(h.ns, pod.Name), np)).To(Succeed())
+		return metav1.IsControlledBy(np, got)
+	}).WithTimeout(waitLong).Should(BeTrue(), "the member's policy moved to the sandbox")
 	g.Expect(np.Labels).To(HaveKeyWithValue(sandbox.LabelName, "task-1"))
+	g.Expect(np.Labels).NotTo(HaveKey(sandbox.LabelPool))
 
 	// The pool refills the claimed member.
 	g.Eventually(func() int { return len(h.members()) }).WithTimeout(waitLong).Should(Equal(2))

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -23,10 +24,12 @@ import (
 // A claim adopts a ready pool member for a Sandbox that names a pool. The pod is the unit of the claim: one
 // merge patch under an optimistic lock (the member's resourceVersion as read) relabels it for the sandbox,
 // drops the pool's label and moves its controller reference from the pool to the Sandbox. Of any number of
-// racing claimers exactly one patch succeeds; the others get a conflict and try another member. Then the
-// member's policy is adopted the same way (it keeps selecting the pod throughout: it selects
-// sandbox.airlock.dev/pod, which never changes), and the Sandbox's status records the pod, the claim and its
-// time, from which usage and the idle timeout count.
+// racing claimers exactly one patch succeeds; the others get a conflict and try another member (claims of one
+// manager first reserve a member in memory, so that they seldom race each other at all). The Sandbox's status
+// then records the pod, the claim and its time, from which usage and the idle timeout count. Only after that is
+// the member's policy adopted the same way (adoptMemberPolicy): it selects sandbox.airlock.dev/pod, which never
+// changes, and denies what the sandbox's own would, so it isolates the pod throughout, and a claim waits for
+// one API write less.
 
 // ReasonWaitingForMember: the sandbox's pool is drained and its whenDrained is Wait.
 const ReasonWaitingForMember = "WaitingForPoolMember"
@@ -58,6 +61,8 @@ type PoolClaimer struct {
 	Defaults  sandbox.Defaults
 	Pod       sandbox.PodOptions
 	Metrics   *metrics.Pool
+
+	reserved reservations
 }
 
 // claimFromPool decides, once, how a sandbox that names a pool gets its pod: a ready member (obs.pod and
@@ -91,20 +96,26 @@ func (r *SandboxReconciler) claimFromPool(ctx context.Context, sbx *airlockv1.Sa
 		c.cold(sbx, obs, "the sandbox's settings differ from the pool's")
 		return nil
 	}
-	candidates, policies, err := c.readyMembers(ctx, pool, *want)
+	candidates, err := c.readyMembers(ctx, pool, *want)
 	if err != nil {
 		return err
 	}
-	for _, pod := range candidates {
+	tried := map[types.UID]bool{}
+	for {
+		pod, mine := c.reserved.pick(candidates, tried, time.Now())
+		if pod == nil {
+			break
+		}
+		tried[pod.UID] = true
 		won, err := c.take(ctx, sbx, pod, obs.now)
+		if mine && (err != nil || !won) {
+			c.reserved.release(pod.UID)
+		}
 		if err != nil {
 			return err
 		}
 		if !won {
 			continue
-		}
-		if err := c.adoptPolicy(ctx, sbx, policies[pod.Name]); err != nil {
-			return err
 		}
 		obs.pod = pod
 		obs.claim = &claimObs{pool: pool.Name, warm: true, at: metav1.NewTime(obs.now), generation: want.generation}
@@ -183,15 +194,15 @@ func (c *PoolClaimer) wantFor(ctx context.Context, sbx *airlockv1.Sandbox, pool 
 }
 
 // readyMembers returns the pool's claimable members in random order, so that racing claimers spread over them
-// instead of all trying the first, and their policies by name.
-func (c *PoolClaimer) readyMembers(ctx context.Context, pool *airlockv1.SandboxPool, want memberWant) ([]*corev1.Pod, map[string]*networkingv1.NetworkPolicy, error) {
+// instead of all trying the first.
+func (c *PoolClaimer) readyMembers(ctx context.Context, pool *airlockv1.SandboxPool, want memberWant) ([]*corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := c.Client.List(ctx, &pods, client.InNamespace(pool.Namespace), client.MatchingLabels{sandbox.LabelPool: pool.Name}); err != nil {
-		return nil, nil, fmt.Errorf("listing pool members: %w", err)
+		return nil, fmt.Errorf("listing pool members: %w", err)
 	}
 	var policies networkingv1.NetworkPolicyList
 	if err := c.Client.List(ctx, &policies, client.InNamespace(pool.Namespace)); err != nil {
-		return nil, nil, fmt.Errorf("listing network policies: %w", err)
+		return nil, fmt.Errorf("listing network policies: %w", err)
 	}
 	byName := map[string]*networkingv1.NetworkPolicy{}
 	for i := range policies.Items {
@@ -219,7 +230,7 @@ func (c *PoolClaimer) readyMembers(ctx context.Context, pool *airlockv1.SandboxP
 		}
 	}
 	rand.Shuffle(len(ready), func(i, j int) { ready[i], ready[j] = ready[j], ready[i] })
-	return ready, byName, nil
+	return ready, nil
 }
 
 // take claims one member: false when another claim (or the pool) took or changed it first. A conflict is also
@@ -309,6 +320,24 @@ func (c *PoolClaimer) adoptPolicy(ctx context.Context, sbx *airlockv1.Sandbox, n
 		np = fresh
 	}
 	return fmt.Errorf("adopting the member's network policy %s: conflicts kept coming", np.Name)
+}
+
+// adoptMemberPolicy moves the policy of the member the sandbox claimed from the pool to the sandbox, once its
+// status records the claim; a pass that finds it still the pool's (a crash, a failed patch) adopts it then.
+// Until then the pool keeps it: its pod exists, so it is no orphan.
+func (r *SandboxReconciler) adoptMemberPolicy(ctx context.Context, sbx *airlockv1.Sandbox, obs observation) error {
+	m := claimedMember(sbx, &obs)
+	if r.Pools == nil || m == "" || sbx.Status.PodName != m {
+		return nil
+	}
+	np := &networkingv1.NetworkPolicy{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: m}, np); err != nil {
+		return client.IgnoreNotFound(err) // ensurePolicy's next pass makes it again
+	}
+	if !adoptedFromPool(np, sbx, &obs) {
+		return nil
+	}
+	return r.Pools.adoptPolicy(ctx, sbx, np)
 }
 
 // moveController replaces obj's controller reference (the pool's) with the sandbox's.

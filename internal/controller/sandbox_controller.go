@@ -126,6 +126,9 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.writeClaimedStatus(ctx, sbx, before, obs); err != nil {
 		return ctrl.Result{}, ignoreConflict(err)
 	}
+	if err := r.adoptMemberPolicy(ctx, sbx, obs); err != nil {
+		return ctrl.Result{}, err
+	}
 	return r.requeue(obs), nil
 }
 

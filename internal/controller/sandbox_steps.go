@@ -171,6 +171,12 @@ func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.San
 		return nil
 	case err == nil:
 		obs.policy = policyModified
+		if adoptedFromPool(existing, sbx, obs) && r.Pools != nil {
+			// Ours to apply only once the pool's controller reference is gone: an object has one controller.
+			if err := r.Pools.adoptPolicy(ctx, sbx, existing); err != nil {
+				return err
+			}
+		}
 	case apierrors.IsNotFound(err):
 		obs.policy = policyInEffect
 		if sbx.Status.PodName != "" {
