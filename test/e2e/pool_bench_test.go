@@ -72,9 +72,17 @@ func BenchmarkWarmStart(b *testing.B) {
 					settle(b)
 					var d []time.Duration
 					var n int
+					before, err := apiWrites(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
 					busy, _ := benchstat.CPUBusyDuring(func() { d, n = f() })
-					b.Logf("round: %s p50 %s max %s (%d not warm); node CPU busy %.0f%% during it; load %s", name,
-						benchstat.Percentile(d, 50), benchstat.Percentile(d, 100), n, 100*busy, benchstat.LoadAvg())
+					after, err := apiWrites(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Logf("round: %s p50 %s max %s (%d not warm); node CPU busy %.0f%% during it; load %s; API writes until the last Ready: %s", name,
+						benchstat.Percentile(d, 50), benchstat.Percentile(d, 100), n, 100*busy, benchstat.LoadAvg(), writesBetween(before, after))
 					deleteAllAndWait(b, ns)
 					return d, n
 				}
