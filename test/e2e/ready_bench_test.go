@@ -25,7 +25,7 @@ import (
 // with airlock-init from the image itself (init: Image, the chart's default template) and from the init image's
 // volume (init: Volume, for images that lack it), and for runc (init: Image).
 // Rounds alternate (pod, Sandbox, pod, …; AIRLOCK_BENCH_ROUNDS, default 20 each) and each round's objects are
-// deleted, and their deletion awaited, before the next. Each phase is timed as a watch sees it: the
+// deleted, and their deletion awaited, before the next; each pair waits for the node's CPU to settle first. Each phase is timed as a watch sees it: the
 // Sandbox's policy and pod appear, the pod is scheduled, the sandbox container runs, the pod
 // is Ready (PID 1's gate passed: the readiness probe), the Sandbox is Ready. Run: make bench-e2e.
 func BenchmarkColdReady(b *testing.B) {
@@ -43,7 +43,12 @@ func BenchmarkColdReady(b *testing.B) {
 				tmpl := benchTemplate(b, ns, c.rc, c.init)
 				var pods, sandboxes []time.Duration
 				phases := map[string][]time.Duration{}
+				notQuiet := 0
 				for i := range rounds {
+					// Each pair starts on a settled node: the last pair's teardown must not be measured.
+					if _, _, quiet := benchstat.WaitQuiet(0.25, time.Minute); !quiet {
+						notQuiet++
+					}
 					name := fmt.Sprintf("bare-%d", i)
 					pods = append(pods, policyAndPodReady(b, ns, name, false, barePod(b, ns, name, tmpl)))
 					took, marks := sandboxReady(b, ns, fmt.Sprintf("sbx-%d", i), tmpl)
@@ -68,6 +73,7 @@ func BenchmarkColdReady(b *testing.B) {
 					c.rc, c.init, rounds, p50, p90, benchstat.Percentile(pods, 0), benchstat.Percentile(pods, 100), s50, s90, benchstat.Percentile(sandboxes, 0), benchstat.Percentile(sandboxes, 100),
 					s50.Seconds()/p50.Seconds(), s90.Seconds()/p90.Seconds(), benchstat.LoadAvg())
 				b.Logf("%s Sandbox, from its create: %s", c.rc, strings.Join(marks, "; "))
+				b.Logf("%d of %d pairs started on a node not below 25%% CPU busy after a minute's wait", notQuiet, rounds)
 			}
 		})
 	}
