@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
@@ -66,6 +67,8 @@ func parseFlags() flags {
 func main() {
 	f := parseFlags()
 	log := zap.New(zap.UseDevMode(f.devLogs))
+	// controller-runtime's cache logs through it too; unset, it prints a stack trace to say so.
+	ctrllog.SetLogger(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, f, log); err != nil {

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
@@ -92,6 +93,8 @@ func envOr(k, def string) string {
 func main() {
 	f := parseFlags()
 	log := zap.New(zap.UseDevMode(f.devLogs))
+	// controller-runtime's cache and client log through it too; unset, it prints a stack trace to say so.
+	ctrllog.SetLogger(log)
 	if err := run(f, log); err != nil {
 		log.Error(err, "gateway failed")
 		os.Exit(1)
