@@ -231,14 +231,14 @@ func TestControlPlaneRestartUnderLoad(t *testing.T) {
 			var status int
 			var fresh map[string]any
 			retried := 0
-			for {
+			eventually(t, 30*time.Second, "a create after the restart answered other than 503 cluster_unavailable", func() error {
 				status, fresh = g.call(t, key, "POST", "/v1/sandboxes", map[string]any{"size": "small", "timeout_minutes": 5})
-				if status != http.StatusServiceUnavailable || errorCode(fresh) != "cluster_unavailable" || time.Since(start) > 30*time.Second {
-					break
+				if status == http.StatusServiceUnavailable && errorCode(fresh) == "cluster_unavailable" {
+					retried++
+					return fmt.Errorf("status %d %v", status, fresh)
 				}
-				retried++
-				time.Sleep(200 * time.Millisecond)
-			}
+				return nil
+			})
 			if status != http.StatusCreated || fresh["status"] != "ready" {
 				t.Fatalf("create after the restart (after %d retried 503s): status %d %v", retried, status, fresh)
 			}

@@ -25,9 +25,10 @@ import (
 // with airlock-init from the image itself (init: Image, the chart's default template) and from the init image's
 // volume (init: Volume, for images that lack it), and for runc (init: Image).
 // Rounds alternate (pod, Sandbox, pod, …; AIRLOCK_BENCH_ROUNDS, default 20 each) and each round's objects are
-// deleted, and their deletion awaited, before the next; each pair waits for the node's CPU to settle first. Each phase is timed as a watch sees it: the
-// Sandbox's policy and pod appear, the pod is scheduled, the sandbox container runs, the pod
-// is Ready (PID 1's gate passed: the readiness probe), the Sandbox is Ready. Run: make bench-e2e.
+// deleted, and their deletion awaited, before the next; each pair waits for the node's CPU to settle first.
+// Each phase is timed as a watch sees it: the Sandbox's policy and pod appear, the pod is scheduled, the
+// sandbox container runs, the pod is Ready (PID 1's gate passed: the readiness probe), the Sandbox is Ready.
+// Run: make bench-e2e.
 func BenchmarkColdReady(b *testing.B) {
 	rounds := envInt("AIRLOCK_BENCH_ROUNDS", 20)
 	for _, c := range []struct {
