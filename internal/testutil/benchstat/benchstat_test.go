@@ -3,6 +3,7 @@ package benchstat
 import (
 	"os"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -35,18 +36,13 @@ func TestProcessFigures(t *testing.T) {
 }
 
 func TestCPUBusySeesASpinningCore(t *testing.T) {
-	stop := make(chan struct{})
+	var stop atomic.Bool
 	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+		for !stop.Load() { // spins a core on purpose
 		}
 	}()
 	busy, err := CPUBusy(300 * time.Millisecond)
-	close(stop)
+	stop.Store(true)
 	if err != nil {
 		t.Fatal(err)
 	}
