@@ -94,6 +94,9 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.removeUnusable(ctx, pool, &obs); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.linkPolicies(ctx, &obs); err != nil {
+		return ctrl.Result{}, err
+	}
 	if obs.blocked == nil {
 		if err := r.createMembers(ctx, pool, &obs); err != nil {
 			return ctrl.Result{}, err

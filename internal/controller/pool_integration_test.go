@@ -104,7 +104,8 @@ func (h *poolHarness) members() []corev1.Pod {
 	}
 	var out []corev1.Pod
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil {
+		// A claimed pod keeps the pool's label; the pool's members are the pods it controls.
+		if ref := metav1.GetControllerOf(&p); p.DeletionTimestamp == nil && ref != nil && ref.Kind == "SandboxPool" {
 			out = append(out, p)
 		}
 	}
@@ -177,8 +178,13 @@ func TestIntegrationPoolClaimAdoptsMemberWithoutNewPodOrPolicy(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	before := map[string]bool{}
+	policyVersions := map[string]string{}
 	for _, p := range h.readyMembers(2) {
 		before[p.Name] = true
+		np := &networkingv1.NetworkPolicy{}
+		g.Expect(h.c.Get(ctx, key(h.ns, p.Name), np)).To(Succeed())
+		g.Expect(np.OwnerReferences).To(ContainElement(HaveField("UID", p.UID)), "a ready member's policy has its pod among its owners")
+		policyVersions[p.Name] = np.ResourceVersion
 	}
 	s := h.claim("task-1")
 	s.Spec.Env = []airlockv1.EnvVar{{Name: "TASK", Value: "42"}}
@@ -199,25 +205,35 @@ func TestIntegrationPoolClaimAdoptsMemberWithoutNewPodOrPolicy(t *testing.T) {
 	pod := &corev1.Pod{}
 	g.Expect(h.c.Get(ctx, key(h.ns, got.Status.PodName), pod)).To(Succeed())
 	g.Expect(metav1.IsControlledBy(pod, got)).To(BeTrue())
-	g.Expect(pod.Labels).To(HaveKeyWithValue(sandbox.LabelName, "task-1"))
+	// The claim relabels nothing but the sandbox's own labels, and leaves the member's policy unwritten.
+	g.Expect(pod.Labels).To(HaveKeyWithValue(sandbox.LabelName, pod.Name))
+	g.Expect(pod.Labels).To(HaveKeyWithValue(sandbox.LabelPool, "warm"))
 	g.Expect(pod.Labels).To(HaveKeyWithValue("conversation", "c1"))
-	g.Expect(pod.Labels).NotTo(HaveKey(sandbox.LabelPool))
+	g.Expect(pod.Annotations).To(HaveKeyWithValue(sandbox.AnnotationClaimedBy, string(got.UID)))
 	for _, e := range pod.Spec.Containers[0].Env {
 		g.Expect(e.Name).NotTo(Equal("TASK"), "per-claim env is bound late, through the exec path")
 	}
-	// The member's policy moves to the sandbox once its status records the claim, not before Ready.
 	np := &networkingv1.NetworkPolicy{}
-	g.Eventually(func() bool {
+	g.Consistently(func() string {
 		g.Expect(h.c.Get(ctx, key(h.ns, pod.Name), np)).To(Succeed())
-		return metav1.IsControlledBy(np, got)
-	}).WithTimeout(waitLong).Should(BeTrue(), "the member's policy moved to the sandbox")
-	g.Expect(np.Labels).To(HaveKeyWithValue(sandbox.LabelName, "task-1"))
-	g.Expect(np.Labels).NotTo(HaveKey(sandbox.LabelPool))
+		return np.ResourceVersion
+	}).WithTimeout(2*time.Second).Should(Equal(policyVersions[pod.Name]), "the member's policy is not written by the claim")
+
+	// Its rules are still the sandbox's to keep: changed by someone, they are restored (and it stays the pod's).
+	np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
+	g.Expect(h.c.Update(ctx, np)).To(Succeed())
+	g.Eventually(func() int {
+		g.Expect(h.c.Get(ctx, key(h.ns, pod.Name), np)).To(Succeed())
+		return len(np.Spec.Egress)
+	}).WithTimeout(waitLong).Should(BeZero(), "the sandbox's reconciler restores the claimed member's policy")
+	g.Expect(np.OwnerReferences).To(ContainElement(HaveField("UID", pod.UID)))
+	g.Expect(np.Labels).To(HaveKeyWithValue(sandbox.LabelPool, "warm"))
 
 	// The pool refills the claimed member.
 	g.Eventually(func() int { return len(h.members()) }).WithTimeout(waitLong).Should(Equal(2))
 
-	// Deleting the sandbox removes the adopted pod, then its policy.
+	// Deleting the sandbox removes the claimed pod, then its policy (envtest has no garbage collector: the
+	// sandbox's finalizer does it).
 	g.Expect(h.c.Delete(ctx, got)).To(Succeed())
 	finishDeletion(t, h.c, pod)
 	g.Eventually(func() bool { return apierrors.IsNotFound(h.c.Get(ctx, key(h.ns, "task-1"), &airlockv1.Sandbox{})) }).WithTimeout(waitLong).Should(BeTrue())
@@ -274,7 +290,7 @@ func TestIntegrationPoolRacingClaims(t *testing.T) {
 				pod := &corev1.Pod{}
 				g.Expect(h.c.Get(context.Background(), key(h.ns, s.Status.PodName), pod)).To(Succeed())
 				g.Expect(metav1.IsControlledBy(pod, &s)).To(BeTrue())
-				g.Expect(pod.Labels[sandbox.LabelName]).To(Equal(s.Name))
+				g.Expect(pod.Annotations[sandbox.AnnotationClaimedBy]).To(Equal(string(s.UID)))
 			}
 			// Nothing changes after the dust settles: no late second claim, and the refill stops at replicas.
 			g.Consistently(func() int { w, _ := settled(); return len(w) }).WithTimeout(2 * time.Second).Should(Equal(20))

@@ -34,6 +34,8 @@ type member struct {
 	why string
 	// noPolicy: unusable because its policy was not in the cache, which the API server must confirm.
 	noPolicy bool
+	// unlinked: its policy does not have the pod among its owners yet (linkPolicies adds it); not ready till then.
+	unlinked bool
 }
 
 // memberWant is what a member must be to be current and usable.
@@ -84,6 +86,10 @@ func classifyMember(pod *corev1.Pod, policy *networkingv1.NetworkPolicy, policie
 	}
 	if len(others) > 0 {
 		return unusable("NetworkPolicies %s also select it and may allow what its own denies", strings.Join(others, ", "))
+	}
+	if !ownedByPod(policy, pod.Name, pod.UID) {
+		m.unlinked = true
+		return m
 	}
 	if !running {
 		return m

@@ -16,7 +16,8 @@ import (
 // another generation or pod spec is stale and never claimed.
 func TestClassifyMember(t *testing.T) {
 	created := time.Unix(1000, 0)
-	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "m"},
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "m",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "m"}}},
 		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{sandbox.LabelPod: "m"}}}}
 	want := memberWant{generation: 2, hash: "h", policy: func(string) *networkingv1.NetworkPolicy { return np.DeepCopy() }}
 	pod := func(mutate func(*corev1.Pod)) *corev1.Pod {
@@ -36,11 +37,14 @@ func TestClassifyMember(t *testing.T) {
 		deadline time.Time
 		kind     memberKind
 		stale    bool
+		unlinked bool
 	}{
 		{name: "starting", pod: pod(nil), policy: np, kind: memberStarting},
 		{name: "starting within its time", pod: pod(nil), policy: np, deadline: created.Add(-time.Second), kind: memberStarting},
 		{name: "stuck starting", pod: pod(nil), policy: np, deadline: created.Add(time.Second), kind: memberUnusable},
 		{name: "no policy", pod: pod(nil), kind: memberUnusable},
+		{name: "policy not yet owned by its pod", pod: pod(nil), policy: &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: np.Spec},
+			kind: memberStarting, unlinked: true},
 		{name: "stopped", pod: pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), policy: np, kind: memberUnusable},
 		{name: "older generation", pod: pod(func(p *corev1.Pod) { p.Annotations[sandbox.AnnotationTemplateGeneration] = "1" }), policy: np, kind: memberStarting, stale: true},
 		{name: "other pod spec", pod: pod(func(p *corev1.Pod) { p.Annotations[sandbox.AnnotationMemberHash] = "x" }), policy: np, kind: memberStarting, stale: true},
@@ -48,8 +52,8 @@ func TestClassifyMember(t *testing.T) {
 		w := want
 		w.startDeadline = tc.deadline
 		m := classifyMember(tc.pod, tc.policy, nil, nil, w)
-		if m.kind != tc.kind || m.stale != tc.stale {
-			t.Errorf("%s: kind %d stale %v (%s), want %d %v", tc.name, m.kind, m.stale, m.why, tc.kind, tc.stale)
+		if m.kind != tc.kind || m.stale != tc.stale || m.unlinked != tc.unlinked {
+			t.Errorf("%s: kind %d stale %v unlinked %v (%s), want %d %v %v", tc.name, m.kind, m.stale, m.unlinked, m.why, tc.kind, tc.stale, tc.unlinked)
 		}
 	}
 }

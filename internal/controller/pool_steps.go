@@ -342,9 +342,42 @@ func (r *PoolReconciler) createMembers(ctx context.Context, pool *airlockv1.Sand
 			}
 			return fmt.Errorf("creating member pod: %w", err)
 		}
+		if err := r.linkPolicy(ctx, np, pod); err != nil {
+			return err // the member stays unready until a later pass links it
+		}
 		r.created.add(client.ObjectKeyFromObject(pool), name, obs.now)
 		obs.members = append(obs.members, member{pod: pod, kind: memberStarting})
 		obs.podNames[name] = true
+	}
+	return nil
+}
+
+// linkPolicies gives the members whose policy does not have their pod among its owners yet (an earlier pass
+// failed between the pod's create and the link) that owner.
+func (r *PoolReconciler) linkPolicies(ctx context.Context, obs *poolObservation) error {
+	for _, m := range obs.members {
+		if m.unlinked {
+			if err := r.linkPolicy(ctx, obs.memberPolicies[m.pod.Name], m.pod); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// linkPolicy adds the member's pod to its policy's owners, besides the pool. The policy must exist before the
+// pod, so it cannot have the pod as owner from the start. With it, the policy of a claimed member outlives the
+// pool: the garbage collector deletes an object only once all its owners are gone. A claim then need not
+// touch the policy at all.
+func (r *PoolReconciler) linkPolicy(ctx context.Context, np *networkingv1.NetworkPolicy, pod *corev1.Pod) error {
+	if np == nil || ownedByPod(np, pod.Name, pod.UID) {
+		return nil
+	}
+	np = np.DeepCopy()
+	patch := client.MergeFromWithOptions(np.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	np.OwnerReferences = append(np.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID})
+	if err := r.Patch(ctx, np, patch); client.IgnoreNotFound(ignoreConflict(err)) != nil {
+		return fmt.Errorf("adding member pod %s to its policy's owners: %w", pod.Name, err)
 	}
 	return nil
 }

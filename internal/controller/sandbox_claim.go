@@ -22,14 +22,19 @@ import (
 )
 
 // A claim adopts a ready pool member for a Sandbox that names a pool. The pod is the unit of the claim: one
-// merge patch under an optimistic lock (the member's resourceVersion as read) relabels it for the sandbox,
-// drops the pool's label and moves its controller reference from the pool to the Sandbox. Of any number of
-// racing claimers exactly one patch succeeds; the others get a conflict and try another member (claims of one
-// manager first reserve a member in memory, so that they seldom race each other at all). The Sandbox's status
-// then records the pod, the claim and its time, from which usage and the idle timeout count. Only after that is
-// the member's policy adopted the same way (adoptMemberPolicy): it selects sandbox.airlock.dev/pod, which never
-// changes, and denies what the sandbox's own would, so it isolates the pod throughout, and a claim waits for
-// one API write less.
+// merge patch under an optimistic lock (the member's resourceVersion as read) moves its controller reference
+// from the pool to the Sandbox and marks it with the claim. Of any number of racing claimers exactly one patch
+// succeeds; the others get a conflict and try another member (claims of one manager first reserve a member in
+// memory, so that they seldom race each other at all). The Sandbox's status then records the pod, the claim
+// and its time, from which usage and the idle timeout count.
+//
+// A claim changes no label (but the sandbox's own spec.labels, if it has any) and leaves the member's policy
+// as it is: the node's network policy agent (kube-router) rebuilds all its rules on every pod label change and
+// every NetworkPolicy update, which in a burst of claims costs more CPU than the claims themselves. The pod is
+// the sandbox's by its controller reference and the Sandbox's status.podName, not by a label. The policy
+// selects sandbox.airlock.dev/pod, which never changes, denies what the sandbox's own would, and has the pod
+// as an owner besides the pool, so that deleting the pool leaves it to the claimed pod (the garbage collector
+// deletes an object only once all its owners are gone).
 
 // ReasonWaitingForMember: the sandbox's pool is drained and its whenDrained is Wait.
 const ReasonWaitingForMember = "WaitingForPoolMember"
@@ -137,20 +142,26 @@ func (c *PoolClaimer) cold(sbx *airlockv1.Sandbox, obs *observation, msg string)
 }
 
 // recoverClaim finds the pod an earlier pass claimed or created for the sandbox when its status write did not
-// land: claiming again would take a second member.
+// land: claiming again would take a second member. A cold pod has the sandbox's name; a claimed member keeps
+// its pool's label.
 func (c *PoolClaimer) recoverClaim(ctx context.Context, sbx *airlockv1.Sandbox, obs *observation) (bool, error) {
+	own := &corev1.Pod{}
+	err := c.Client.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sbx.Name}, own)
+	switch {
+	case err == nil && metav1.IsControlledBy(own, sbx):
+		obs.claim = &claimObs{pool: sbx.Spec.PoolRef.Name, message: "created a pod cold"}
+		return false, nil // ensurePod finds it
+	case err != nil && !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("getting the sandbox's pod: %w", err)
+	}
 	var pods corev1.PodList
-	if err := c.Client.List(ctx, &pods, client.InNamespace(sbx.Namespace), client.MatchingLabels{sandbox.LabelName: sbx.Name}); err != nil {
-		return false, fmt.Errorf("listing the sandbox's pods: %w", err)
+	if err := c.Client.List(ctx, &pods, client.InNamespace(sbx.Namespace), client.MatchingLabels{sandbox.LabelPool: sbx.Spec.PoolRef.Name}); err != nil {
+		return false, fmt.Errorf("listing the pool's pods: %w", err)
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if !metav1.IsControlledBy(pod, sbx) {
 			continue
-		}
-		if pod.Name == sbx.Name {
-			obs.claim = &claimObs{pool: sbx.Spec.PoolRef.Name, message: "created a pod cold"}
-			return false, nil // ensurePod finds it
 		}
 		at, err := time.Parse(time.RFC3339Nano, pod.Annotations[sandbox.AnnotationClaimedAt])
 		if err != nil {
@@ -246,11 +257,10 @@ func (c *PoolClaimer) take(ctx context.Context, sbx *airlockv1.Sandbox, pod *cor
 		if claimed.Annotations == nil {
 			claimed.Annotations = map[string]string{}
 		}
-		delete(claimed.Labels, sandbox.LabelPool)
+		// The sandbox's own labels: a relabel, which a sandbox without any does not pay for.
 		for k, v := range sbx.Spec.Labels {
 			claimed.Labels[k] = v
 		}
-		claimed.Labels[sandbox.LabelName] = sbx.Name
 		claimed.Annotations[sandbox.AnnotationClaimedBy] = string(sbx.UID)
 		claimed.Annotations[sandbox.AnnotationClaimedAt] = now.UTC().Format(time.RFC3339Nano)
 		if err := c.moveController(sbx, claimed); err != nil {
@@ -289,57 +299,6 @@ func stillUnclaimed(fresh, judged *corev1.Pod) bool {
 		passed && fresh.Status.Phase == corev1.PodRunning && containerRunning(fresh)
 }
 
-// adoptPolicy moves the member's policy to the sandbox, as take did the pod. Only the pool's own policy is
-// adopted; a conflict is retried from the API server, since nobody but the pool may change it and the pool
-// leaves a policy alone while its pod exists.
-func (c *PoolClaimer) adoptPolicy(ctx context.Context, sbx *airlockv1.Sandbox, np *networkingv1.NetworkPolicy) error {
-	for range 3 {
-		if metav1.IsControlledBy(np, sbx) {
-			return nil
-		}
-		patch := client.MergeFromWithOptions(np.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		if np.Labels == nil {
-			np.Labels = map[string]string{}
-		}
-		delete(np.Labels, sandbox.LabelPool)
-		np.Labels[sandbox.LabelName] = sbx.Name
-		if err := c.moveController(sbx, np); err != nil {
-			return err
-		}
-		err := c.Client.Patch(ctx, np, patch)
-		if !apierrors.IsConflict(err) {
-			if err != nil {
-				return fmt.Errorf("adopting the member's network policy %s: %w", np.Name, err)
-			}
-			return nil
-		}
-		fresh := &networkingv1.NetworkPolicy{}
-		if err := c.APIReader.Get(ctx, client.ObjectKeyFromObject(np), fresh); err != nil {
-			return fmt.Errorf("re-reading the member's network policy %s: %w", np.Name, err)
-		}
-		np = fresh
-	}
-	return fmt.Errorf("adopting the member's network policy %s: conflicts kept coming", np.Name)
-}
-
-// adoptMemberPolicy moves the policy of the member the sandbox claimed from the pool to the sandbox, once its
-// status records the claim; a pass that finds it still the pool's (a crash, a failed patch) adopts it then.
-// Until then the pool keeps it: its pod exists, so it is no orphan.
-func (r *SandboxReconciler) adoptMemberPolicy(ctx context.Context, sbx *airlockv1.Sandbox, obs observation) error {
-	m := claimedMember(sbx, &obs)
-	if r.Pools == nil || m == "" || sbx.Status.PodName != m {
-		return nil
-	}
-	np := &networkingv1.NetworkPolicy{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: m}, np); err != nil {
-		return client.IgnoreNotFound(err) // ensurePolicy's next pass makes it again
-	}
-	if !adoptedFromPool(np, sbx, &obs) {
-		return nil
-	}
-	return r.Pools.adoptPolicy(ctx, sbx, np)
-}
-
 // moveController replaces obj's controller reference (the pool's) with the sandbox's.
 func (c *PoolClaimer) moveController(sbx *airlockv1.Sandbox, obj client.Object) error {
 	refs := obj.GetOwnerReferences()[:0:0]
@@ -364,13 +323,6 @@ func claimedMember(sbx *airlockv1.Sandbox, obs *observation) string {
 		return sbx.Status.PodName
 	}
 	return ""
-}
-
-// adoptedFromPool tells whether existing is the policy of the member the sandbox adopted, still seen as the
-// pool's: the cache has not caught up with the adoption yet, or a crash came between the two patches.
-func adoptedFromPool(existing *networkingv1.NetworkPolicy, sbx *airlockv1.Sandbox, obs *observation) bool {
-	ref := metav1.GetControllerOf(existing)
-	return ref != nil && ref.Kind == "SandboxPool" && existing.Name == claimedMember(sbx, obs)
 }
 
 // podNameOf is the sandbox's pod (and policy) name: a claimed member keeps its own.

@@ -61,7 +61,9 @@ func TestTakeRetriesAStaleCopyOnlyWhileUnclaimed(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "p-abcde"}, got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Labels[sandbox.LabelName] != "a" || metav1.GetControllerOf(got).Name != "a" || got.Labels[sandbox.LabelPool] != "" {
+	// A claim moves the controller and leaves the labels: a relabel costs the node's policy agent a full resync.
+	if metav1.GetControllerOf(got).Name != "a" || got.Annotations[sandbox.AnnotationClaimedBy] != "uid-a" ||
+		got.Labels[sandbox.LabelName] != "p-abcde" || got.Labels[sandbox.LabelPool] != "p" {
 		t.Fatalf("claimed pod %+v", got.ObjectMeta)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -126,9 +127,6 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.writeClaimedStatus(ctx, sbx, before, obs); err != nil {
 		return ctrl.Result{}, ignoreConflict(err)
 	}
-	if err := r.adoptMemberPolicy(ctx, sbx, obs); err != nil {
-		return ctrl.Result{}, err
-	}
 	return r.requeue(obs), nil
 }
 
@@ -190,8 +188,19 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// sandboxesForPolicy maps our policy to its sandbox, and any other policy to every sandbox in its namespace.
+// sandboxesForPolicy maps our policy to its sandbox (a pool member's to the sandbox that claimed the member, if
+// any), and any other policy to every sandbox in its namespace.
 func (r *SandboxReconciler) sandboxesForPolicy(ctx context.Context, o client.Object) []reconcile.Request {
+	if _, ok := o.GetLabels()[sandbox.LabelPool]; ok && o.GetLabels()[sandbox.LabelManagedBy] == sandbox.ManagedByValue {
+		pod := &corev1.Pod{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()}, pod); err != nil {
+			return nil // no pod: no sandbox has it
+		}
+		if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Sandbox" {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}}}
+		}
+		return nil
+	}
 	if name, ok := o.GetLabels()[sandbox.LabelName]; ok && o.GetLabels()[sandbox.LabelManagedBy] == sandbox.ManagedByValue {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 	}

@@ -126,6 +126,13 @@ func (r *SandboxReconciler) deletePod(ctx context.Context, sbx *airlockv1.Sandbo
 	return false, nil
 }
 
+// claimedMembersPolicy tells whether np is the policy of the pool member sbx claimed, which the member kept.
+// Its pod is gone by now, so it is known by the pod's name and the pool's.
+func claimedMembersPolicy(np *networkingv1.NetworkPolicy, sbx *airlockv1.Sandbox) bool {
+	c := sbx.Status.Pool
+	return c != nil && c.Result == airlockv1.ClaimWarm && np.Labels[sandbox.LabelPool] == c.Name && ownedByPod(np, sbx.Status.PodName, "")
+}
+
 func (r *SandboxReconciler) deletePolicy(ctx context.Context, sbx *airlockv1.Sandbox) error {
 	np := &networkingv1.NetworkPolicy{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: podNameOf(sbx)}, np)
@@ -135,7 +142,7 @@ func (r *SandboxReconciler) deletePolicy(ctx context.Context, sbx *airlockv1.San
 	if err != nil {
 		return fmt.Errorf("getting network policy: %w", err)
 	}
-	if !metav1.IsControlledBy(np, sbx) {
+	if !metav1.IsControlledBy(np, sbx) && !claimedMembersPolicy(np, sbx) {
 		return nil
 	}
 	uid := np.UID

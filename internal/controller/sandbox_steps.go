@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -156,13 +157,22 @@ func (r *SandboxReconciler) expire(ctx context.Context, sbx *airlockv1.Sandbox, 
 // ensurePolicy applies the deny-all policy before the pod exists, and restores it if anyone changed it.
 func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.Sandbox, res sandbox.Resolved, obs *observation) error {
 	want := sandbox.BuildNetworkPolicy(sbx, res.Network, res.EgressProxy)
-	if m := claimedMember(sbx, obs); m != "" {
+	m := claimedMember(sbx, obs)
+	var memberUID types.UID
+	if m != "" {
 		want = sandbox.ClaimedPolicy(sbx, m, res.Network, res.EgressProxy)
+		uid, err := r.podUID(ctx, sbx.Namespace, m, obs)
+		if err != nil {
+			return err
+		}
+		memberUID = uid
 	}
 	existing := &networkingv1.NetworkPolicy{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), existing)
+	// A claimed member keeps its own policy, owned by its pod (and its pool, until that is deleted).
+	members := err == nil && m != "" && ownedByPod(existing, m, memberUID)
 	switch {
-	case err == nil && !metav1.IsControlledBy(existing, sbx) && !adoptedFromPool(existing, sbx, obs):
+	case err == nil && !metav1.IsControlledBy(existing, sbx) && !members:
 		obs.blocked = &blocker{reason: ReasonNameConflict, permanent: true,
 			message: fmt.Sprintf("a NetworkPolicy named %q exists and does not belong to this sandbox", want.Name)}
 		return nil
@@ -171,12 +181,6 @@ func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.San
 		return nil
 	case err == nil:
 		obs.policy = policyModified
-		if adoptedFromPool(existing, sbx, obs) && r.Pools != nil {
-			// Ours to apply only once the pool's controller reference is gone: an object has one controller.
-			if err := r.Pools.adoptPolicy(ctx, sbx, existing); err != nil {
-				return err
-			}
-		}
 	case apierrors.IsNotFound(err):
 		obs.policy = policyInEffect
 		if sbx.Status.PodName != "" {
@@ -185,7 +189,10 @@ func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.San
 	default:
 		return fmt.Errorf("getting network policy: %w", err)
 	}
-	if err := controllerutil.SetControllerReference(sbx, want, r.Scheme); err != nil {
+	if members {
+		// Only its rules are ours to restore: its labels and owners stay the member's.
+		want.Labels = nil
+	} else if err := controllerutil.SetControllerReference(sbx, want, r.Scheme); err != nil {
 		return fmt.Errorf("owning network policy: %w", err)
 	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
@@ -208,6 +215,30 @@ func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.San
 		return fmt.Errorf("applying network policy: %w", err)
 	}
 	return nil
+}
+
+// podUID is the UID of the sandbox's pod named name: the one claimed in this pass, or the cached one; "" when it
+// is gone (ensurePod then finds it lost).
+func (r *SandboxReconciler) podUID(ctx context.Context, namespace, name string, obs *observation) (types.UID, error) {
+	if obs.pod != nil && obs.pod.Name == name {
+		return obs.pod.UID, nil
+	}
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	return pod.UID, nil
+}
+
+// ownedByPod tells whether np has the pod named name (of this UID, unless uid is "") among its owners: a pool
+// member's policy, which the member keeps when it is claimed.
+func ownedByPod(np *networkingv1.NetworkPolicy, name string, uid types.UID) bool {
+	for _, ref := range np.OwnerReferences {
+		if ref.APIVersion == "v1" && ref.Kind == "Pod" && ref.Name == name && (uid == "" || ref.UID == uid) {
+			return true
+		}
+	}
+	return false
 }
 
 // ensurePod creates the pod once. A pod that existed and is gone fails the sandbox: a fresh pod would silently

@@ -210,7 +210,12 @@ func TestForwardsPlainHTTPAndTunnelsTLSToAllowedHosts(t *testing.T) {
 	if err != nil || code != 200 {
 		t.Fatalf("download: %d %v", code, err)
 	}
-	if got := counterValue(t, f.metrics.bytes.WithLabelValues("tenant", "sbx", "received")); got < 100000 {
+	// The proxy counts a chunk once written to the client, which may read it (and the test get here) first.
+	received := f.metrics.bytes.WithLabelValues("tenant", "sbx", "received")
+	for deadline := time.Now().Add(5 * time.Second); counterValue(t, received) < 100000 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := counterValue(t, received); got < 100000 {
 		t.Errorf("received bytes counted %v, want at least 100000", got)
 	}
 	if got := counterValue(t, f.metrics.connections.WithLabelValues("tenant", "sbx", "allowed")); got != 4 {

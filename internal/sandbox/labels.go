@@ -1,7 +1,8 @@
 package sandbox
 
 const (
-	// LabelName is set on every object made for a sandbox, with the Sandbox's name as value.
+	// LabelName is set on every object made for a sandbox, with the Sandbox's name as value. A pool member has
+	// its own name there, and keeps it when a Sandbox claims it.
 	LabelName = "sandbox.airlock.dev/name"
 	// LabelManagedBy marks objects Airlock created.
 	LabelManagedBy = "app.kubernetes.io/managed-by"

@@ -14,10 +14,10 @@ import (
 )
 
 const (
-	// LabelPool marks an unclaimed member of a SandboxPool, with the pool's name; a claim removes it.
+	// LabelPool marks the pods a SandboxPool made, and their policies, with the pool's name. A claim leaves it:
+	// the pool's members are the pods it controls.
 	LabelPool = "sandbox.airlock.dev/pool"
-	// LabelPod is set on pool members, with the pod's own name, and is what a member's NetworkPolicy selects. It
-	// never changes, so the policy keeps selecting the pod while a claim relabels sandbox.airlock.dev/name.
+	// LabelPod is set on pool members, with the pod's own name, and is what a member's NetworkPolicy selects.
 	LabelPod = "sandbox.airlock.dev/pod"
 	// AnnotationTemplateGeneration is the template generation a member was made from.
 	AnnotationTemplateGeneration = "sandbox.airlock.dev/template-generation"
@@ -90,9 +90,8 @@ func BuildMemberPolicy(pool *airlockv1.SandboxPool, name string, r Resolved) *ne
 	return np
 }
 
-// ClaimedPolicy is the policy a sandbox that adopted a member keeps: the member's (its name and selector),
-// with the rules its own network asks for and labelled with the sandbox, so a change to it reaches the
-// sandbox's reconciler.
+// ClaimedPolicy is the policy a sandbox that claimed a member keeps: the member's (its name and selector), with
+// the rules its own network asks for. Labelled with the sandbox for when it must be made again.
 func ClaimedPolicy(sbx *airlockv1.Sandbox, member string, network airlockv1.NetworkSpec, proxy *EgressProxy) *networkingv1.NetworkPolicy {
 	np := BuildNetworkPolicy(sbx, network, proxy)
 	np.Name = member

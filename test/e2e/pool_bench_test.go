@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -252,7 +253,11 @@ func logWarmPhases(b *testing.B, ns string, started map[string]time.Time, marks 
 		b.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		t0, ok := started[p.Labels[sandbox.LabelName]]
+		ref := metav1.GetControllerOf(&p)
+		if ref == nil {
+			continue
+		}
+		t0, ok := started[ref.Name] // a claimed member keeps its labels: its controller is the sandbox
 		at, err := time.Parse(time.RFC3339Nano, p.Annotations[sandbox.AnnotationClaimedAt])
 		if ok && err == nil {
 			marks["claim began"] = append(marks["claim began"], at.Sub(t0))

@@ -118,7 +118,8 @@ func members(t testing.TB, ns, pool string) []corev1.Pod {
 	}
 	var out []corev1.Pod
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil {
+		// A claimed pod keeps the pool's label; the members are the pods the pool controls.
+		if ref := metav1.GetControllerOf(&p); p.DeletionTimestamp == nil && ref != nil && ref.Kind == "SandboxPool" {
 			out = append(out, p)
 		}
 	}
@@ -166,6 +167,58 @@ func TestPoolRacingClaims(t *testing.T) {
 	if warm != 3 || cold != 4 {
 		t.Fatalf("%d warm and %d cold claims, want exactly 3 and 4", warm, cold)
 	}
+}
+
+// TestPoolDeletionLeavesClaimsIsolated: a claim leaves the member's policy as it is, so that policy must not
+// go with the pool. Deleting the pool (the garbage collector removes its unclaimed members and their policies)
+// leaves a claimed sandbox its policy and its isolation; deleting the sandbox then removes both.
+func TestPoolDeletionLeavesClaimsIsolated(t *testing.T) {
+	ns := newTenant(t)
+	pool := newPool(t, ns, "gone", 2)
+	createSandbox(t, ns, "kept", withPool("gone"))
+	s := waitReady(t, ns, "kept")
+	if s.Status.Pool == nil || s.Status.Pool.Result != airlockv1.ClaimWarm {
+		t.Fatalf("claim %+v, want warm", s.Status.Pool)
+	}
+	unclaimed := members(t, ns, "gone")
+	ctx := context.Background()
+	if err := k8s.Delete(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the pool's unclaimed members and their policies are gone", func() error {
+		for _, m := range unclaimed {
+			for _, o := range []client.Object{&corev1.Pod{}, &networkingv1.NetworkPolicy{}} {
+				if err := k8s.Get(ctx, client.ObjectKeyFromObject(&m), o); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("%T %s: %v", o, m.Name, err)
+				}
+			}
+		}
+		return nil
+	})
+	np := &networkingv1.NetworkPolicy{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Status.PodName}, np); err != nil {
+		t.Fatalf("the claimed sandbox's policy went with the pool: %v", err)
+	}
+	if open, detail := probe(t, ns, s.Status.PodName, internetIP, 80); open {
+		t.Errorf("after the pool's deletion, the claimed sandbox reached the internet stand-in: %s", detail)
+	}
+	if got := strings.TrimSpace(shIn(t, s, "echo still-here").Stdout); got != "still-here" {
+		t.Errorf("exec after the pool's deletion: %q", got)
+	}
+	if got := waitReady(t, ns, "kept"); !meta.IsStatusConditionTrue(got.Status.Conditions, airlockv1.ConditionNetworkIsolated) {
+		t.Errorf("after the pool's deletion: %v", got.Status.Conditions)
+	}
+	if err := k8s.Delete(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the sandbox's pod, then its policy, are gone", func() error {
+		for _, o := range []client.Object{&corev1.Pod{}, np} {
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Status.PodName}, o); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%T: %v", o, err)
+			}
+		}
+		return nil
+	})
 }
 
 // TestPoolTemplateChangeReplacesMembers: after a template change every unclaimed member is replaced by one of

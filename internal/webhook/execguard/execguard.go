@@ -91,7 +91,8 @@ func deny(format string, args ...any) admission.Response {
 	return admission.Denied(DenialPrefix + fmt.Sprintf(format, args...))
 }
 
-// SandboxOwner returns pod's controller reference if it names a Sandbox, and the pod's sandbox label agrees.
+// SandboxOwner returns pod's controller reference if it names a Sandbox. (Labels prove nothing: a claimed pool
+// member keeps its own. Check's status.podName does.)
 func SandboxOwner(pod *corev1.Pod) (*metav1.OwnerReference, error) {
 	ref := metav1.GetControllerOf(pod)
 	if ref == nil {
@@ -100,9 +101,6 @@ func SandboxOwner(pod *corev1.Pod) (*metav1.OwnerReference, error) {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil || gv.Group != airlockv1.GroupVersion.Group || ref.Kind != "Sandbox" {
 		return nil, fmt.Errorf("pod %s/%s is not a sandbox pod: it is controlled by %s %s (%s)", pod.Namespace, pod.Name, ref.Kind, ref.Name, ref.APIVersion)
-	}
-	if label := pod.Labels[sandbox.LabelName]; label != ref.Name {
-		return nil, fmt.Errorf("pod %s/%s is not a sandbox pod: its label %s=%q does not name its owner Sandbox %s", pod.Namespace, pod.Name, sandbox.LabelName, label, ref.Name)
 	}
 	return ref, nil
 }

@@ -48,8 +48,10 @@ func TestCheck(t *testing.T) {
 			p.OwnerReferences[0].APIVersion = "agents.x-k8s.io/v1alpha1"
 		}, "controlled by Sandbox conv-1 (agents.x-k8s.io/v1alpha1)"},
 		{"unparsable apiVersion", func(p *corev1.Pod, _ **airlockv1.Sandbox) { p.OwnerReferences[0].APIVersion = "a/b/c" }, "not a sandbox pod"},
-		{"no sandbox label", func(p *corev1.Pod, _ **airlockv1.Sandbox) { p.Labels = nil }, "does not name its owner"},
-		{"label names another sandbox", func(p *corev1.Pod, _ **airlockv1.Sandbox) { p.Labels[sandbox.LabelName] = "conv-2" }, "does not name its owner"},
+		// A claimed pool member keeps the labels it was made with: its owner and the Sandbox's status decide.
+		{"claimed pool member, labelled as made", func(p *corev1.Pod, _ **airlockv1.Sandbox) {
+			p.Labels = map[string]string{sandbox.LabelName: "pool-abcde", sandbox.LabelPool: "pool"}
+		}, ""},
 		{"Sandbox gone", func(_ *corev1.Pod, s **airlockv1.Sandbox) { *s = nil }, "which does not exist"},
 		{"Sandbox recreated under the same name", func(_ *corev1.Pod, s **airlockv1.Sandbox) { (*s).UID = "uid-2" }, "earlier Sandbox"},
 		{"copied ownerReference on another pod", func(p *corev1.Pod, _ **airlockv1.Sandbox) { p.Name = "impostor" }, "not the pod Sandbox conv-1 records"},
