@@ -84,8 +84,11 @@ func setup(m *testing.M) (int, error) {
 		return 1, fmt.Errorf("installing CRDs: %v\n%s", err, out)
 	}
 	if out, err := exec.Command(kubectlBin, "--kubeconfig", kubeconfig, "wait", "--for=condition=Established",
-		"crd/sandboxes.sandbox.airlock.dev", "crd/sandboxtemplates.sandbox.airlock.dev", "--timeout=60s").CombinedOutput(); err != nil {
+		"-f", "../../config/crd/bases", "--timeout=60s").CombinedOutput(); err != nil {
 		return 1, fmt.Errorf("waiting for CRDs: %v\n%s", err, out)
+	}
+	if err := waitServed(60 * time.Second); err != nil {
+		return 1, err
 	}
 	// The finalizer admission policy, as installs have it: without it the manager adds the finalizer with a
 	// write of its own, which the benchmarks would measure and installs do not pay.
@@ -175,4 +178,24 @@ func serverIsLocal(host string) error {
 		}
 	}
 	return fmt.Errorf("API server %s is not on this machine (is the local cluster up? hack/local-cluster.sh status)", host)
+}
+
+// waitServed waits until the suite's client can list every kind of ours. Established is not enough: on a
+// fresh API server discovery may list the new group a moment later, and a client that looked first is told
+// the kind does not exist.
+func waitServed(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, list := range []client.ObjectList{&airlockv1.SandboxList{}, &airlockv1.SandboxTemplateList{}, &airlockv1.SandboxPoolList{}} {
+		for {
+			err := k8s.List(context.Background(), list, client.Limit(1))
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("our CRDs are established but not served: %w", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return nil
 }
