@@ -182,6 +182,11 @@ func TestPoolDeletionLeavesClaimsIsolated(t *testing.T) {
 	}
 	unclaimed := members(t, ns, "gone")
 	ctx := context.Background()
+	np := &networkingv1.NetworkPolicy{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Status.PodName}, np); err != nil {
+		t.Fatal(err)
+	}
+	uid := np.UID
 	if err := k8s.Delete(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
@@ -195,9 +200,10 @@ func TestPoolDeletionLeavesClaimsIsolated(t *testing.T) {
 		}
 		return nil
 	})
-	np := &networkingv1.NetworkPolicy{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Status.PodName}, np); err != nil {
-		t.Fatalf("the claimed sandbox's policy went with the pool: %v", err)
+	// The same object: one deleted with the pool and made again by the Sandbox's reconciler would have left
+	// the pod without a policy for a moment, and connections opened then survive a new one.
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Status.PodName}, np); err != nil || np.UID != uid {
+		t.Fatalf("the claimed sandbox's policy went with the pool: %v (uid %s, was %s)", err, np.UID, uid)
 	}
 	if open, detail := probe(t, ns, s.Status.PodName, internetIP, 80); open {
 		t.Errorf("after the pool's deletion, the claimed sandbox reached the internet stand-in: %s", detail)
