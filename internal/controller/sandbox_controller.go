@@ -65,6 +65,8 @@ type SandboxReconciler struct {
 	Workers int
 	// Pools claims warm members for sandboxes that name a SandboxPool (sandbox_claim.go); nil: never.
 	Pools *PoolClaimer
+
+	written writtenVersions
 }
 
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxes,verbs=get;list;watch;update;patch;delete
@@ -83,7 +85,14 @@ type SandboxReconciler struct {
 func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	sbx := &airlockv1.Sandbox{}
 	if err := r.Get(ctx, req.NamespacedName, sbx); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.written.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.written.stale(req.NamespacedName, sbx.ResourceVersion) {
+		// Older than our own last write: its watch event brings the sandbox back (the requeue is a safety net).
+		return ctrl.Result{RequeueAfter: staleRecheck}, nil
 	}
 	before := sbx.Status.DeepCopy()
 	if !sbx.DeletionTimestamp.IsZero() {
@@ -154,6 +163,7 @@ func (r *SandboxReconciler) writeStatus(ctx context.Context, sbx *airlockv1.Sand
 	if err := r.Status().Update(ctx, sbx); err != nil {
 		return err
 	}
+	r.written.record(client.ObjectKeyFromObject(sbx), sbx.ResourceVersion)
 	r.recordTransitions(sbx, before, obs.now)
 	return nil
 }

@@ -24,6 +24,9 @@ const (
 	podDeleteGrace int64 = 1
 	// recheckTerminating is a safety net while the pod terminates; its watch event normally comes first.
 	recheckTerminating = 5 * time.Second
+	// staleRecheck is a safety net for a sandbox read older than our own last write of it; the write's watch
+	// event normally comes first.
+	staleRecheck = time.Second
 )
 
 // finalize removes the pod, then the policy (never the other way round: the pod must not run a moment without
@@ -56,6 +59,7 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *airlockv1.Sandbox
 	if err := r.Patch(ctx, sbx, patch); err != nil {
 		return ctrl.Result{}, ignoreConflict(client.IgnoreNotFound(err))
 	}
+	r.written.record(client.ObjectKeyFromObject(sbx), sbx.ResourceVersion)
 	// The process's counter: after the finalizer is gone, so a retried finalize never counts twice here.
 	r.Metrics.AddUsage(sbx.Namespace, string(size), usage)
 	return ctrl.Result{}, nil

@@ -32,6 +32,7 @@ func (r *SandboxReconciler) ensureFinalizer(ctx context.Context, sbx *airlockv1.
 	if err := r.Patch(ctx, sbx, patch); err != nil {
 		return true, fmt.Errorf("adding finalizer: %w", err)
 	}
+	r.written.record(client.ObjectKeyFromObject(sbx), sbx.ResourceVersion)
 	return false, nil
 }
 
