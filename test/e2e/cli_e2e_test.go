@@ -33,6 +33,7 @@ func airlockCLI(t testing.TB) string {
 			cliErr = err
 			return
 		}
+		addRunFile(dir, false)
 		cliPath = filepath.Join(dir, "airlock")
 		out, err := exec.Command("go", "build", "-o", cliPath, "../../cmd/airlock").CombinedOutput()
 		if err != nil {

@@ -74,6 +74,7 @@ func startGateway(extra ...string) (*gatewayProc, error) {
 	if err != nil {
 		return nil, err
 	}
+	addRunFile(logf.Name(), true)
 	args := append([]string{"--kubeconfig", kubeconfig, "--listen", addr, "--key-namespace", keyNamespace,
 		"--default-template", "python-node", "--create-rate=-1", "--max-concurrent-execs=20", "--metrics-listen=127.0.0.1:0"}, extra...)
 	cmd := child.DieWithParent(exec.Command(gatewayBin, args...))

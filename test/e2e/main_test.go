@@ -10,6 +10,9 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,7 +52,42 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e setup:", err)
 		code = 1
 	}
+	removeRunFiles(code == 0)
 	os.Exit(code)
+}
+
+// runFiles are the files and directories the run leaves in the temp dir (the manager's and gateways' logs, the
+// CLI it builds): removed when the run passes, kept for a look when it fails.
+var runFiles struct {
+	sync.Mutex
+	logs, other []string
+}
+
+func addRunFile(path string, isLog bool) {
+	runFiles.Lock()
+	defer runFiles.Unlock()
+	if slices.Contains(runFiles.logs, path) || slices.Contains(runFiles.other, path) {
+		return // the manager's log, again after a restart
+	}
+	if isLog {
+		runFiles.logs = append(runFiles.logs, path)
+	} else {
+		runFiles.other = append(runFiles.other, path)
+	}
+}
+
+func removeRunFiles(passed bool) {
+	runFiles.Lock()
+	defer runFiles.Unlock()
+	remove := runFiles.other
+	if passed {
+		remove = append(remove, runFiles.logs...)
+	} else if len(runFiles.logs) > 0 {
+		fmt.Fprintln(os.Stderr, "e2e: logs kept:", strings.Join(runFiles.logs, " "))
+	}
+	for _, p := range remove {
+		_ = os.RemoveAll(p)
+	}
 }
 
 func setup(m *testing.M) (int, error) {

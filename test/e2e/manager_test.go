@@ -25,6 +25,7 @@ func startManager(extra ...string) (*managerProc, error) {
 	if err != nil {
 		return nil, err
 	}
+	addRunFile(logPath, true)
 	args := append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false",
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
 		"--init-image", initImage, "--zap-log-level=info", "--egress-proxy-service=" + egressProxyNS + "/" + egressProxyName}, extra...)
