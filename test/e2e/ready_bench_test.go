@@ -25,7 +25,8 @@ import (
 // with airlock-init from the image itself (init: Image, the chart's default template) and from the init image's
 // volume (init: Volume, for images that lack it), and for runc (init: Image).
 // Rounds alternate (pod, Sandbox, pod, …; AIRLOCK_BENCH_ROUNDS, default 20 each) and each round's objects are
-// deleted, and their deletion awaited, before the next; each pair waits for the node's CPU to settle first.
+// deleted, and their deletion awaited (a pod's gracefully: until the kubelet has torn it down), before the next;
+// each start waits for the node's CPU to settle first.
 // Each phase is timed as a watch sees it: the Sandbox's policy and pod appear, the pod is scheduled, the
 // sandbox container runs, the pod is Ready (PID 1's gate passed: the readiness probe), the Sandbox is Ready.
 // Run: make bench-e2e.
@@ -43,16 +44,24 @@ func BenchmarkColdReady(b *testing.B) {
 				ns := benchNamespace(b)
 				tmpl := benchTemplate(b, ns, c.rc, c.init)
 				var pods, sandboxes []time.Duration
-				phases := map[string][]time.Duration{}
+				phases, barePhases := map[string][]time.Duration{}, map[string][]time.Duration{}
 				notQuiet := 0
-				for i := range rounds {
-					// Each pair starts on a settled node: the last pair's teardown must not be measured.
+				// Each start is on a settled node: the last one's teardown must not be measured.
+				settle := func() {
 					if _, _, quiet := benchstat.WaitQuiet(0.25, time.Minute); !quiet {
 						notQuiet++
 					}
+				}
+				for i := range rounds {
+					settle()
 					name := fmt.Sprintf("bare-%d", i)
-					pods = append(pods, policyAndPodReady(b, ns, name, false, barePod(b, ns, name, tmpl)))
-					took, marks := sandboxReady(b, ns, fmt.Sprintf("sbx-%d", i), tmpl)
+					took, marks := policyAndPodReady(b, ns, name, false, barePod(b, ns, name, tmpl))
+					pods = append(pods, took)
+					for k, v := range marks {
+						barePhases[k] = append(barePhases[k], v)
+					}
+					settle()
+					took, marks = sandboxReady(b, ns, fmt.Sprintf("sbx-%d", i), tmpl)
 					sandboxes = append(sandboxes, took)
 					for k, v := range marks {
 						phases[k] = append(phases[k], v)
@@ -70,18 +79,20 @@ func BenchmarkColdReady(b *testing.B) {
 						marks = append(marks, fmt.Sprintf("%s p50 %s p90 %s", k, benchstat.Percentile(v, 50), benchstat.Percentile(v, 90)))
 					}
 				}
+				b.Logf("%s bare pod, p50 from its create: %s", c.rc, phaseMedians(barePhases))
 				b.Logf("%s, init %s, %d rounds each: bare pod to Ready p50 %s p90 %s (min %s max %s); Sandbox to Ready p50 %s p90 %s (min %s max %s); ratio p50 %.2f p90 %.2f; load %s",
 					c.rc, c.init, rounds, p50, p90, benchstat.Percentile(pods, 0), benchstat.Percentile(pods, 100), s50, s90, benchstat.Percentile(sandboxes, 0), benchstat.Percentile(sandboxes, 100),
 					s50.Seconds()/p50.Seconds(), s90.Seconds()/p90.Seconds(), benchstat.LoadAvg())
 				b.Logf("%s Sandbox, from its create: %s", c.rc, strings.Join(marks, "; "))
-				b.Logf("%d of %d pairs started on a node not below 25%% CPU busy after a minute's wait", notQuiet, rounds)
+				b.Logf("%d of %d starts were on a node not below 25%% CPU busy after a minute's wait", notQuiet, 2*rounds)
 			}
 		})
 	}
 }
 
-// sandboxPhases are the marks sandboxReady records, in the order they happen.
-var sandboxPhases = []string{"policy", "pod", "scheduled", "container running", "pod ready", "sandbox ready"}
+// sandboxPhases are the marks sandboxReady (and, for its pod, policyAndPodReady) records, in the order they
+// happen.
+var sandboxPhases = []string{"policy", "pod", "scheduled", "pod IP", "container running", "pod ready", "sandbox ready"}
 
 func benchNamespace(b *testing.B) string {
 	ctx := context.Background()
@@ -127,7 +138,6 @@ func benchPod(b *testing.B, ns, name string, tmpl *airlockv1.SandboxTemplate) *c
 	pod := sandbox.BuildPod(s, r, o)
 	pod.Labels["airlock-bench"] = "pod"
 	delete(pod.Labels, sandbox.LabelManagedBy) // its sandbox.airlock.dev/name stays: the bench's policy selects it
-	pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
 	return pod
 }
 
@@ -176,23 +186,10 @@ func sandboxReady(b *testing.B, ns, name string, tmpl *airlockv1.SandboxTemplate
 		}()
 	}
 	watchInto(&corev1.PodList{}, func(ev watch.Event) []string {
-		p, ok := ev.Object.(*corev1.Pod)
-		if !ok || p.Name != name {
-			return nil
+		if p, ok := ev.Object.(*corev1.Pod); ok && p.Name == name {
+			return podPhases(p)
 		}
-		out := []string{"pod"}
-		if p.Spec.NodeName != "" {
-			out = append(out, "scheduled")
-		}
-		for _, st := range p.Status.ContainerStatuses {
-			if st.State.Running != nil {
-				out = append(out, "container running")
-			}
-		}
-		if podReady(p) {
-			out = append(out, "pod ready")
-		}
-		return out
+		return nil
 	})
 	watchInto(&metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicyList"}},
 		func(ev watch.Event) []string {
@@ -229,6 +226,26 @@ func sandboxReady(b *testing.B, ns, name string, tmpl *airlockv1.SandboxTemplate
 	return at["sandbox ready"], at
 }
 
+// podPhases are the phases p shows, of sandboxPhases.
+func podPhases(p *corev1.Pod) []string {
+	out := []string{"pod"}
+	if p.Spec.NodeName != "" {
+		out = append(out, "scheduled")
+	}
+	if p.Status.PodIP != "" {
+		out = append(out, "pod IP")
+	}
+	for _, st := range p.Status.ContainerStatuses {
+		if st.State.Running != nil {
+			out = append(out, "container running")
+		}
+	}
+	if podReady(p) {
+		out = append(out, "pod ready")
+	}
+	return out
+}
+
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
@@ -238,10 +255,13 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// awaitGone deletes o and waits until it is gone.
+// awaitGone deletes o and waits until it is gone. A pod is deleted with its own grace period, never forced: a
+// forced delete removes the object at once and leaves the kubelet to stop the pod's containers and gVisor
+// sandbox and remove its network afterwards, during the next round's start. A pod deleted gracefully is gone
+// only once the kubelet has torn it down, as the manager deletes a Sandbox's pod.
 func awaitGone(b *testing.B, o client.Object) {
 	ctx := context.Background()
-	if err := k8s.Delete(ctx, o, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+	if err := k8s.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
 		b.Fatal(err)
 	}
 	eventually(b, readyTimeout, o.GetName()+" gone", func() error {

@@ -46,7 +46,7 @@ var coldParts = []struct {
 
 // BenchmarkColdReadyParts says where a cold Sandbox's time goes beyond a bare pod's: each round creates one pod
 // of each step in coldParts, in turn (A, B, C, D, E, F, A, …; AIRLOCK_BENCH_ROUNDS, default 10 each), deletions
-// awaited. Run: make bench-e2e.
+// awaited and the node's CPU settled before each. Run: make bench-e2e.
 func BenchmarkColdReadyParts(b *testing.B) {
 	rounds := envInt("AIRLOCK_BENCH_ROUNDS", 10)
 	for b.Loop() {
@@ -54,15 +54,25 @@ func BenchmarkColdReadyParts(b *testing.B) {
 		tmpls := map[airlockv1.InitSource]*airlockv1.SandboxTemplate{airlockv1.InitFromImage: benchTemplate(b, ns, "gvisor", airlockv1.InitFromImage),
 			airlockv1.InitFromVolume: benchTemplate(b, ns, "gvisor", airlockv1.InitFromVolume)}
 		took := make([][]time.Duration, len(coldParts))
+		phases := make([]map[string][]time.Duration, len(coldParts))
 		for i := range rounds {
 			for j, part := range coldParts {
 				name := fmt.Sprintf("part%d-%d", j, i)
+				benchstat.WaitQuiet(0.25, time.Minute) // the last start's teardown must not be measured
+				var d time.Duration
+				var marks map[string]time.Duration
 				if part.pod == nil {
-					d, _ := sandboxReady(b, ns, name, tmpls[part.init])
-					took[j] = append(took[j], d)
-					continue
+					d, marks = sandboxReady(b, ns, name, tmpls[part.init])
+				} else {
+					d, marks = policyAndPodReady(b, ns, name, part.policy, part.pod(b, ns, name, tmpls[part.init]))
 				}
-				took[j] = append(took[j], policyAndPodReady(b, ns, name, part.policy, part.pod(b, ns, name, tmpls[part.init])))
+				took[j] = append(took[j], d)
+				if phases[j] == nil {
+					phases[j] = map[string][]time.Duration{}
+				}
+				for k, v := range marks {
+					phases[j][k] = append(phases[j][k], v)
+				}
 			}
 		}
 		var lines []string
@@ -73,8 +83,8 @@ func BenchmarkColdReadyParts(b *testing.B) {
 			if j > 0 {
 				step = fmt.Sprintf(", %+dms over %q", (p50 - benchstat.Percentile(took[part.vs], 50)).Milliseconds(), coldParts[part.vs].name)
 			}
-			lines = append(lines, fmt.Sprintf("%s: p50 %s p90 %s (min %s max %s; %.2fx the bare pod%s)", part.name, p50, p90,
-				benchstat.Percentile(took[j], 0), benchstat.Percentile(took[j], 100), p50.Seconds()/base.Seconds(), step))
+			lines = append(lines, fmt.Sprintf("%s: p50 %s p90 %s (min %s max %s; %.2fx the bare pod%s); p50 from the first create: %s", part.name, p50, p90,
+				benchstat.Percentile(took[j], 0), benchstat.Percentile(took[j], 100), p50.Seconds()/base.Seconds(), step, phaseMedians(phases[j])))
 			b.ReportMetric(p50.Seconds(), strings.ReplaceAll(fmt.Sprintf("part%d-p50-s", j), " ", ""))
 		}
 		b.Logf("gVisor, %d rounds each, to Ready:\n  %s\n  load %s", rounds, strings.Join(lines, "\n  "), benchstat.LoadAvg())
@@ -82,9 +92,9 @@ func BenchmarkColdReadyParts(b *testing.B) {
 }
 
 // policyAndPodReady creates the pod's deny-all policy (with policy; gVisor's sandbox shape), then the pod, and
-// returns how long from the first create until the pod is Ready; then it deletes them and waits until they are
-// gone.
-func policyAndPodReady(b *testing.B, ns, name string, policy bool, pod *corev1.Pod) time.Duration {
+// returns how long from the first create until the pod is Ready, and when (from that create) each of the pod's
+// phases was seen; then it deletes them and waits until they are gone.
+func policyAndPodReady(b *testing.B, ns, name string, policy bool, pod *corev1.Pod) (time.Duration, map[string]time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	np := sandbox.BuildNetworkPolicy(&airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, airlockv1.NetworkSpec{Mode: airlockv1.NetworkNone}, nil)
@@ -103,9 +113,19 @@ func policyAndPodReady(b *testing.B, ns, name string, policy bool, pod *corev1.P
 		b.Fatal(err)
 	}
 	var took time.Duration
+	marks := map[string]time.Duration{}
 	for ev := range w.ResultChan() {
-		if p, ok := ev.Object.(*corev1.Pod); ok && p.Name == name && podReady(p) {
-			took = time.Since(start)
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok || p.Name != name {
+			continue
+		}
+		for _, m := range podPhases(p) {
+			if _, ok := marks[m]; !ok {
+				marks[m] = time.Since(start)
+			}
+		}
+		if podReady(p) {
+			took = marks["pod ready"]
 			break
 		}
 	}
@@ -116,5 +136,16 @@ func policyAndPodReady(b *testing.B, ns, name string, policy bool, pod *corev1.P
 	if policy {
 		awaitGone(b, np)
 	}
-	return took
+	return took, marks
+}
+
+// phaseMedians says the p50 of each phase in marks, in the order they happen.
+func phaseMedians(marks map[string][]time.Duration) string {
+	var out []string
+	for _, k := range sandboxPhases {
+		if v := marks[k]; len(v) > 0 {
+			out = append(out, fmt.Sprintf("%s %s", k, benchstat.Percentile(v, 50)))
+		}
+	}
+	return strings.Join(out, ", ")
 }
