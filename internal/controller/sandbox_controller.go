@@ -67,6 +67,7 @@ type SandboxReconciler struct {
 	Pools *PoolClaimer
 
 	written writtenVersions
+	running runningSince
 }
 
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxes,verbs=get;list;watch;update;patch;delete
@@ -74,7 +75,7 @@ type SandboxReconciler struct {
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxes/finalizers,verbs=update
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxtemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxpools,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
@@ -87,6 +88,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.Get(ctx, req.NamespacedName, sbx); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.written.forget(req.NamespacedName)
+			r.running.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -127,6 +129,9 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, err
 		}
 	}
+	if err := r.nudgeProbe(ctx, sbx, &obs); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.observeIsolation(ctx, sbx, &obs); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -150,6 +155,9 @@ func (r *SandboxReconciler) requeue(obs observation) ctrl.Result {
 	}
 	if obs.blocked != nil && obs.blocked.reason == ReasonEgressProxyUnavailable {
 		after = min(after, retryProxy) // the proxy's Service is not watched; it usually comes up with the install
+	}
+	if obs.nudgeAt != nil {
+		after = min(after, obs.nudgeAt.Sub(obs.now)) // nothing else wakes us if the probe never runs
 	}
 	return ctrl.Result{RequeueAfter: max(after, time.Millisecond)}
 }

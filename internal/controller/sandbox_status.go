@@ -91,6 +91,9 @@ type observation struct {
 	claim *claimObs
 	// defaults are the operator's settings, for the runtime checks.
 	defaults sandbox.Defaults
+	// nudgeAt is when the pod's readiness probe is due to be re-triggered, if it has not passed by then
+	// (probe_nudge.go).
+	nudgeAt *time.Time
 }
 
 // computeStatus returns the new status from the old one and what was observed. It sets conditions with

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/controller"
 	"airlock.dev/airlock/internal/sandbox"
 	"airlock.dev/airlock/internal/testutil/benchstat"
 )
@@ -84,7 +85,8 @@ func BenchmarkColdReady(b *testing.B) {
 					c.rc, c.init, rounds, p50, p90, benchstat.Percentile(pods, 0), benchstat.Percentile(pods, 100), s50, s90, benchstat.Percentile(sandboxes, 0), benchstat.Percentile(sandboxes, 100),
 					s50.Seconds()/p50.Seconds(), s90.Seconds()/p90.Seconds(), benchstat.LoadAvg())
 				b.Logf("%s Sandbox, from its create: %s", c.rc, strings.Join(marks, "; "))
-				b.Logf("%d of %d starts were on a node not below 25%% CPU busy after a minute's wait", notQuiet, 2*rounds)
+				b.Logf("%d of %d starts were on a node not below 25%% CPU busy after a minute's wait; the manager re-triggered the readiness probe of %d of %d Sandboxes",
+					notQuiet, 2*rounds, len(phases[probeNudged]), rounds)
 			}
 		})
 	}
@@ -243,8 +245,14 @@ func podPhases(p *corev1.Pod) []string {
 	if podReady(p) {
 		out = append(out, "pod ready")
 	}
+	if p.Annotations[controller.AnnotationProbeNudged] != "" {
+		out = append(out, probeNudged)
+	}
 	return out
 }
+
+// probeNudged marks a pod whose readiness probe the manager re-triggered (the kubelet skipped its first).
+const probeNudged = "probe re-triggered"
 
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {

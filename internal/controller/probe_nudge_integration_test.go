@@ -1,0 +1,74 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/sandbox"
+)
+
+// TestIntegrationProbeNudge: a starting sandbox whose container runs but whose readiness probe has not passed
+// after probeNudgeAfter gets its pod annotated, once, which makes the kubelet sync the pod and probe again; a
+// sandbox whose probe passes at once gets no annotation.
+func TestIntegrationProbeNudge(t *testing.T) {
+	_, c := startEnv(t)
+	startManager(t, managerOptions{})
+	ctx, g := context.Background(), NewWithT(t)
+	ns := newNamespace(t, c)
+	g.Expect(c.Create(ctx, makeTemplate(ns, "py", "localhost/airlock/sandbox-python:1").obj())).To(Succeed())
+
+	// The kubelet's skipped first probe: the container runs, not ready.
+	g.Expect(c.Create(ctx, makeSandbox(ns, "missed").template("py").obj())).To(Succeed())
+	pod, _ := getPodAndPolicy(t, c, ns, "missed")
+	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns},
+		Target: corev1.ObjectReference{Kind: "Node", Name: envNode}}
+	g.Expect(c.SubResource("binding").Create(ctx, pod, binding)).To(Succeed())
+	g.Expect(c.Get(ctx, key(ns, "missed"), pod)).To(Succeed())
+	finishDeletion(t, c, pod)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9", HostIP: "10.123.0.1",
+		ContainerStatuses: []corev1.ContainerStatus{{Name: sandbox.ContainerName,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
+	g.Expect(c.Status().Update(ctx, pod)).To(Succeed())
+	running := time.Now()
+
+	var nudged string
+	g.Eventually(func() string {
+		g.Expect(c.Get(ctx, key(ns, "missed"), pod)).To(Succeed())
+		nudged = pod.Annotations[AnnotationProbeNudged]
+		return nudged
+	}).WithTimeout(waitLong).WithPolling(20 * time.Millisecond).ShouldNot(BeEmpty())
+	g.Expect(time.Since(running)).To(BeNumerically(">=", probeNudgeAfter), "nudged before the probe had its chance")
+	g.Expect(getSandbox(t, c, ns, "missed").Status.Phase).NotTo(Equal(airlockv1.PhaseReady))
+
+	// The probe that the nudge brought passes: Ready, and the pod is not annotated again.
+	pod.Status.ContainerStatuses[0].Ready = true
+	g.Expect(c.Status().Update(ctx, pod)).To(Succeed())
+	g.Eventually(func() airlockv1.SandboxPhase { return getSandbox(t, c, ns, "missed").Status.Phase }).
+		WithTimeout(waitLong).Should(Equal(airlockv1.PhaseReady))
+	g.Consistently(func() string {
+		g.Expect(c.Get(ctx, key(ns, "missed"), pod)).To(Succeed())
+		return pod.Annotations[AnnotationProbeNudged]
+	}).WithTimeout(2 * probeNudgeAfter).Should(Equal(nudged))
+
+	// A later readiness failure is not a start: no nudge.
+	pod.Status.ContainerStatuses[0].Ready = false
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.Now()}}
+	g.Expect(c.Status().Update(ctx, pod)).To(Succeed())
+	g.Consistently(func() string {
+		g.Expect(c.Get(ctx, key(ns, "missed"), pod)).To(Succeed())
+		return pod.Annotations[AnnotationProbeNudged]
+	}).WithTimeout(3 * probeNudgeAfter).Should(Equal(nudged))
+
+	// A probe that passes at once needs no nudge.
+	quick := createReady(t, c, makeSandbox(ns, "quick").template("py").obj())
+	g.Consistently(func() map[string]string {
+		g.Expect(c.Get(ctx, key(ns, "quick"), quick)).To(Succeed())
+		return quick.Annotations
+	}).WithTimeout(3 * probeNudgeAfter).ShouldNot(HaveKey(AnnotationProbeNudged))
+}
