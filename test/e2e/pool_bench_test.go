@@ -271,10 +271,44 @@ func logWarmPhases(b *testing.B, ns string, started map[string]time.Time, marks 
 }
 
 // gatewayRound sends n creates of template at once and returns each POST's time to its 201 with status ready,
-// and how many were not warm (when template has a pool).
+// and how many were not warm (when template has a pool). It also logs, from each POST, when a watch of the
+// namespace saw its Sandbox created and Ready: what the gateway adds is the rest.
 func gatewayRound(b *testing.B, g *gatewayProc, key, ns string, n int, template string) ([]time.Duration, int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := wc.Watch(ctx, &airlockv1.SandboxList{}, client.InNamespace(ns))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	var seenMu sync.Mutex
+	created, ready := map[string]time.Time{}, map[string]time.Time{}
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*airlockv1.Sandbox)
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			seenMu.Lock()
+			if _, ok := created[s.Name]; !ok {
+				created[s.Name] = now
+			}
+			if _, ok := ready[s.Name]; !ok && s.Status.Phase == airlockv1.PhaseReady {
+				ready[s.Name] = now
+			}
+			seenMu.Unlock()
+		}
+	}()
 	var mu sync.Mutex
 	var took []time.Duration
+	sent, answered := map[string]time.Time{}, map[string]time.Time{}
 	misses := 0
 	var wg sync.WaitGroup
 	for range n {
@@ -291,12 +325,32 @@ func gatewayRound(b *testing.B, g *gatewayProc, key, ns string, n int, template 
 			mu.Lock()
 			defer mu.Unlock()
 			took = append(took, d)
+			if id, ok := body["id"].(string); ok {
+				sent[id], answered[id] = t0, t0.Add(d)
+			}
 			if body["start"] != "warm" {
 				misses++
 			}
 		}()
 	}
 	wg.Wait()
+	time.Sleep(100 * time.Millisecond) // the watch's last events
+	w.Stop()
+	<-watched
+	var seenCreated, seenReady, after []time.Duration
+	for id, t0 := range sent {
+		if at, ok := created[id]; ok {
+			seenCreated = append(seenCreated, at.Sub(t0))
+		}
+		if at, ok := ready[id]; ok {
+			seenReady = append(seenReady, at.Sub(t0))
+			after = append(after, answered[id].Sub(at))
+		}
+	}
+	b.Logf("gateway phases from POST, p50/max: created seen %s/%s, Ready seen %s/%s, 201 %s/%s; 201 after Ready seen %s/%s (%d of %d seen Ready)",
+		benchstat.Percentile(seenCreated, 50), benchstat.Percentile(seenCreated, 100), benchstat.Percentile(seenReady, 50),
+		benchstat.Percentile(seenReady, 100), benchstat.Percentile(took, 50), benchstat.Percentile(took, 100),
+		benchstat.Percentile(after, 50), benchstat.Percentile(after, 100), len(seenReady), len(took))
 	return took, misses
 }
 
