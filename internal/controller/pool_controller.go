@@ -64,6 +64,8 @@ type PoolReconciler struct {
 
 	// created are the members this process created that the cache has not shown yet (creations.go).
 	created creations
+	// running are when starting members were first seen running (probe_nudge.go).
+	running runningSince
 }
 
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxpools,verbs=get;list;watch
@@ -86,6 +88,9 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	if err := r.observeMembers(ctx, pool, &obs); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.nudgeMembers(ctx, pool, &obs); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.observeDemand(ctx, pool, &obs); err != nil {
@@ -121,7 +126,7 @@ func poolRequeue(obs poolObservation) ctrl.Result {
 	if obs.oldestClaim != nil {
 		after = obs.oldestClaim.Add(demandWindow).Sub(obs.now)
 	}
-	for _, wait := range []time.Duration{obs.orphanWait, obs.startWait, obs.refillWait} {
+	for _, wait := range []time.Duration{obs.orphanWait, obs.startWait, obs.refillWait, obs.nudgeWait} {
 		if wait > 0 && (after <= 0 || wait < after) {
 			after = wait
 		}

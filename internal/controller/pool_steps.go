@@ -49,6 +49,8 @@ type poolObservation struct {
 	orphanWait, startWait time.Duration
 	// refillWait is how long until the pool refills after a burst of claims; 0 when it need not wait.
 	refillWait time.Duration
+	// nudgeWait is how long until a starting member's readiness probe is due to be re-triggered (probe_nudge.go).
+	nudgeWait time.Duration
 }
 
 // memberStartTimeout is how long a member may take from creation to ready before it is replaced.

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,8 +19,8 @@ import (
 // cold start in eight its prober reads the pod's status just before the status that says "running" is
 // stored, finds no running container and skips; the next probe comes a period (1 s) later, and the sandbox is
 // Ready a second late. A change to the pod's annotations makes the kubelet sync the pod again, and that sync
-// triggers the probe again. So a starting sandbox whose container has run for probeNudgeAfter without passing
-// its probe gets one annotation on its pod, once. PID 1 answers a probe the moment its gate passes, so when
+// triggers the probe again. So a starting sandbox's pod, or a starting pool member, whose container has run for
+// probeNudgeAfter without passing its probe gets one annotation, once. PID 1 answers a probe the moment its gate passes, so when
 // the probe did run and is only waiting for the gate, the extra one costs nothing.
 const (
 	// AnnotationProbeNudged records when the manager re-triggered the pod's readiness probe.
@@ -29,65 +30,112 @@ const (
 	probeNudgeAfter = 300 * time.Millisecond
 )
 
-// runningSince remembers when the reconciler first saw a starting sandbox's container run: the container
-// status's startedAt has whole seconds only.
+// runningSince remembers when a reconciler first saw a starting pod's sandbox container run (the container
+// status's startedAt has whole seconds only), by pod, with the Sandbox or pool that owns the entry.
 type runningSince struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]seenRunning
 }
 
 type seenRunning struct {
-	pod types.UID
-	at  time.Time
+	uid   types.UID
+	at    time.Time
+	owner types.NamespacedName
 }
 
-// seen returns when the sandbox's pod (by UID) was first seen running, recording now if it had not been.
-func (r *runningSince) seen(key types.NamespacedName, pod types.UID, now time.Time) time.Time {
+// seen returns when the pod was first seen running, recording now if it had not been.
+func (r *runningSince) seen(pod *corev1.Pod, owner types.NamespacedName, now time.Time) time.Time {
+	key := client.ObjectKeyFromObject(pod)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
 		r.m = map[types.NamespacedName]seenRunning{}
 	}
-	if s, ok := r.m[key]; ok && s.pod == pod {
+	if s, ok := r.m[key]; ok && s.uid == pod.UID {
 		return s.at
 	}
-	r.m[key] = seenRunning{pod: pod, at: now}
+	r.m[key] = seenRunning{uid: pod.UID, at: now, owner: owner}
 	return now
 }
 
-// forget drops the sandbox's entry: its pod passed its probe, was nudged, or is gone.
-func (r *runningSince) forget(key types.NamespacedName) {
+// forget drops the pod's entry: it passed its probe, was nudged, or is going.
+func (r *runningSince) forget(pod types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.m, key)
+	delete(r.m, pod)
 }
 
-// nudgeProbe annotates, once, the pod of a starting sandbox whose container has run for probeNudgeAfter
-// without passing its readiness probe, and sets obs.nudgeAt for requeue until then. A sandbox whose gate
-// was seen passing (its isolation evidence is recorded) is not starting.
-func (r *SandboxReconciler) nudgeProbe(ctx context.Context, sbx *airlockv1.Sandbox, obs *observation) error {
-	key := client.ObjectKeyFromObject(sbx)
-	p := obs.pod
-	if p == nil || !p.DeletionTimestamp.IsZero() || sbx.Status.IsolationEvidence != nil || gatePassed(p) ||
-		!containerRunning(p) || p.Annotations[AnnotationProbeNudged] != "" {
-		r.running.forget(key)
-		return nil
+// prune drops owner's entries for the pods keep does not name: they are gone, or no longer starting.
+func (r *runningSince) prune(owner types.NamespacedName, keep func(pod string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, s := range r.m {
+		if s.owner == owner && !keep(k.Name) {
+			delete(r.m, k)
+		}
 	}
-	due := r.running.seen(key, p.UID, obs.now).Add(probeNudgeAfter)
-	if obs.now.Before(due) {
-		obs.nudgeAt = &due
-		return nil
+}
+
+// nudgeSkippedProbe annotates a starting pod, once, when its container has run for probeNudgeAfter without
+// passing its readiness probe. It returns when to look again, or the zero time when there is no need.
+func nudgeSkippedProbe(ctx context.Context, c client.Client, since *runningSince, owner types.NamespacedName, pod *corev1.Pod, now time.Time) (time.Time, error) {
+	key := client.ObjectKeyFromObject(pod)
+	if !pod.DeletionTimestamp.IsZero() || gatePassed(pod) || !containerRunning(pod) || pod.Annotations[AnnotationProbeNudged] != "" {
+		since.forget(key)
+		return time.Time{}, nil
 	}
-	nudged := p.DeepCopy()
+	first := since.seen(pod, owner, now)
+	if due := first.Add(probeNudgeAfter); now.Before(due) {
+		return due, nil
+	}
+	nudged := pod.DeepCopy()
 	if nudged.Annotations == nil {
 		nudged.Annotations = map[string]string{}
 	}
-	nudged.Annotations[AnnotationProbeNudged] = obs.now.UTC().Format(time.RFC3339Nano)
-	if err := r.Patch(ctx, nudged, client.MergeFrom(p)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("annotating pod %s to re-trigger its readiness probe: %w", p.Name, err)
+	nudged.Annotations[AnnotationProbeNudged] = now.UTC().Format(time.RFC3339Nano)
+	if err := c.Patch(ctx, nudged, client.MergeFrom(pod)); err != nil && !apierrors.IsNotFound(err) {
+		return time.Time{}, fmt.Errorf("annotating pod %s to re-trigger its readiness probe: %w", pod.Name, err)
 	}
-	r.running.forget(key)
+	since.forget(key)
 	log.FromContext(ctx).V(1).Info("pod not ready a while after its container started: re-triggered its readiness probe",
-		"pod", p.Name, "after", obs.now.Sub(due.Add(-probeNudgeAfter)))
+		"pod", pod.Name, "runningFor", now.Sub(first))
+	return time.Time{}, nil
+}
+
+// nudgeProbe re-triggers the readiness probe of a starting sandbox's pod (nudgeSkippedProbe) and sets
+// obs.nudgeAt for requeue. A sandbox whose gate was seen passing (its isolation evidence is recorded) is not
+// starting.
+func (r *SandboxReconciler) nudgeProbe(ctx context.Context, sbx *airlockv1.Sandbox, obs *observation) error {
+	owner := client.ObjectKeyFromObject(sbx)
+	if obs.pod == nil || sbx.Status.IsolationEvidence != nil {
+		r.running.prune(owner, func(string) bool { return false })
+		return nil
+	}
+	due, err := nudgeSkippedProbe(ctx, r.Client, &r.running, owner, obs.pod, obs.now)
+	if !due.IsZero() {
+		obs.nudgeAt = &due
+	}
+	return err
+}
+
+// nudgeMembers re-triggers the readiness probe of the pool's starting members (nudgeSkippedProbe): a member
+// is claimable only once it passed. It sets obs.nudgeWait until the nearest one is due.
+func (r *PoolReconciler) nudgeMembers(ctx context.Context, pool *airlockv1.SandboxPool, obs *poolObservation) error {
+	owner := client.ObjectKeyFromObject(pool)
+	starting := map[string]bool{}
+	for _, m := range obs.members {
+		if m.pod == nil || m.kind != memberStarting {
+			continue
+		}
+		starting[m.pod.Name] = true
+		due, err := nudgeSkippedProbe(ctx, r.Client, &r.running, owner, m.pod, obs.now)
+		if err != nil {
+			return err
+		}
+		if wait := due.Sub(obs.now); !due.IsZero() && (obs.nudgeWait == 0 || wait < obs.nudgeWait) {
+			obs.nudgeWait = max(wait, time.Millisecond)
+		}
+	}
+	r.running.prune(owner, func(pod string) bool { return starting[pod] })
 	return nil
 }

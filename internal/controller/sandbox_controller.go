@@ -88,7 +88,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.Get(ctx, req.NamespacedName, sbx); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.written.forget(req.NamespacedName)
-			r.running.forget(req.NamespacedName)
+			r.running.prune(req.NamespacedName, func(string) bool { return false })
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
