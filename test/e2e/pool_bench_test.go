@@ -160,19 +160,21 @@ func benchParallelism() []int {
 // member's claimed-at annotation, the manager's clock on this same machine) and Ready seen on the watch.
 var warmPhases = []string{"created", "finalizer", "claim began", "ready"}
 
+// watchSandboxes watches the Sandboxes of ns from now on.
+func watchSandboxes(b *testing.B, ns string) watch.Interface {
+	w, err := k8s.Watch(context.Background(), &airlockv1.SandboxList{}, client.InNamespace(ns))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w
+}
+
 // crRound creates n Sandboxes at once, with the pool or without it, and returns each one's creation-to-Ready
 // time seen through a watch, and how many of the warm ones were not warm. A warm round also logs the p50 and
 // max of each of warmPhases, to tell queueing from API writes in a burst.
 func crRound(b *testing.B, ns string, n int, warm bool) ([]time.Duration, int) {
 	ctx := context.Background()
-	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, err := wc.Watch(ctx, &airlockv1.SandboxList{}, client.InNamespace(ns))
-	if err != nil {
-		b.Fatal(err)
-	}
+	w := watchSandboxes(b, ns)
 	defer w.Stop()
 	var mu sync.Mutex
 	started := map[string]time.Time{}
@@ -274,16 +276,7 @@ func logWarmPhases(b *testing.B, ns string, started map[string]time.Time, marks 
 // and how many were not warm (when template has a pool). It also logs, from each POST, when a watch of the
 // namespace saw its Sandbox created and Ready: what the gateway adds is the rest.
 func gatewayRound(b *testing.B, g *gatewayProc, key, ns string, n int, template string) ([]time.Duration, int) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, err := wc.Watch(ctx, &airlockv1.SandboxList{}, client.InNamespace(ns))
-	if err != nil {
-		b.Fatal(err)
-	}
+	w := watchSandboxes(b, ns)
 	defer w.Stop()
 	var seenMu sync.Mutex
 	created, ready := map[string]time.Time{}, map[string]time.Time{}
