@@ -83,11 +83,7 @@ func TestIntegrationPoolProbeNudge(t *testing.T) {
 func startWithSkippedProbe(t *testing.T, c client.Client, pod *corev1.Pod) string {
 	t.Helper()
 	ctx, g := context.Background(), NewWithT(t)
-	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-		Target: corev1.ObjectReference{Kind: "Node", Name: envNode}}
-	g.Expect(c.SubResource("binding").Create(ctx, pod, binding)).To(Succeed())
-	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
-	finishDeletion(t, c, pod)
+	bindPod(t, c, pod, envNode)
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9", HostIP: "10.123.0.1",
 		ContainerStatuses: []corev1.ContainerStatus{{Name: sandbox.ContainerName,
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}

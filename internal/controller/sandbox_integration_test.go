@@ -66,17 +66,7 @@ func markPodRunning(t *testing.T, c client.Client, pod *corev1.Pod, gateExit int
 func markPodOn(t *testing.T, c client.Client, pod *corev1.Pod, node string, gateExit int32, msg string) {
 	t.Helper()
 	ctx := context.Background()
-	if pod.Spec.NodeName == "" {
-		binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-			Target: corev1.ObjectReference{Kind: "Node", Name: node}}
-		if err := c.SubResource("binding").Create(ctx, pod, binding); err != nil {
-			t.Fatalf("binding pod: %v", err)
-		}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			t.Fatalf("getting bound pod: %v", err)
-		}
-		finishDeletion(t, c, pod)
-	}
+	bindPod(t, c, pod, node)
 	now := metav1.Now()
 	status := corev1.ContainerStatus{Name: sandbox.ContainerName, Ready: true,
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}
@@ -90,6 +80,24 @@ func markPodOn(t *testing.T, c client.Client, pod *corev1.Pod, node string, gate
 	if err := c.Status().Update(ctx, pod); err != nil {
 		t.Fatalf("updating pod status: %v", err)
 	}
+}
+
+// bindPod binds the pod to node, unless it is bound already (the scheduler's part), and rereads it.
+func bindPod(t *testing.T, c client.Client, pod *corev1.Pod, node string) {
+	t.Helper()
+	if pod.Spec.NodeName != "" {
+		return
+	}
+	ctx := context.Background()
+	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		Target: corev1.ObjectReference{Kind: "Node", Name: node}}
+	if err := c.SubResource("binding").Create(ctx, pod, binding); err != nil {
+		t.Fatalf("binding pod: %v", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+		t.Fatalf("getting bound pod: %v", err)
+	}
+	finishDeletion(t, c, pod)
 }
 
 // finishDeletion plays the kubelet's other part: the API server removes a bound pod only once its kubelet
