@@ -107,8 +107,13 @@ func nudgeSkippedProbe(ctx context.Context, c client.Client, since *runningSince
 // starting.
 func (r *SandboxReconciler) nudgeProbe(ctx context.Context, sbx *airlockv1.Sandbox, obs *observation) error {
 	owner := client.ObjectKeyFromObject(sbx)
-	if obs.pod == nil || sbx.Status.IsolationEvidence != nil {
+	switch {
+	case obs.pod == nil:
 		r.running.prune(owner, func(string) bool { return false })
+		return nil
+	case sbx.Status.IsolationEvidence != nil:
+		// Most passes of most sandboxes: drop the one entry there may be, without a scan.
+		r.running.forget(client.ObjectKeyFromObject(obs.pod))
 		return nil
 	}
 	due, err := nudgeSkippedProbe(ctx, r.Client, &r.running, owner, obs.pod, obs.now)
