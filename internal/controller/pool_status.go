@@ -27,6 +27,7 @@ func computePoolStatus(pool *airlockv1.SandboxPool, obs poolObservation) airlock
 	st.Desired = desired(pool, obs.demand)
 	st.RecentClaims = obs.demand
 	st.Members, st.ReadyMembers, st.StaleMembers = 0, 0, 0
+	var held heldMembers
 	for _, m := range obs.members {
 		if m.kind == memberUnusable {
 			continue // deleted in this pass
@@ -37,6 +38,8 @@ func computePoolStatus(pool *airlockv1.SandboxPool, obs poolObservation) airlock
 			st.StaleMembers++
 		case m.kind == memberReady:
 			st.ReadyMembers++
+		case m.kind == memberStarting:
+			held.add(m.pod)
 		}
 	}
 	if obs.resolved != nil {
@@ -47,12 +50,31 @@ func computePoolStatus(pool *airlockv1.SandboxPool, obs poolObservation) airlock
 		c.LastTransitionTime = metav1.NewTime(obs.now)
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
-	set(poolReadyCondition(st, obs.blocked))
+	set(poolReadyCondition(st, obs.blocked, held))
 	set(poolDrainedCondition(st))
 	return st
 }
 
-func poolReadyCondition(st airlockv1.SandboxPoolStatus, blocked *blocker) metav1.Condition {
+// heldMembers are the starting members whose pods report a problem (unschedulable, an image that cannot be
+// pulled, a waiting container): a pool that stays short of its replicas says why. One pod, the first by name,
+// is quoted, so that the message does not change from pass to pass.
+type heldMembers struct {
+	count         int
+	name, problem string
+}
+
+func (h *heldMembers) add(pod *corev1.Pod) {
+	p := podProblem(pod)
+	if p == "" {
+		return
+	}
+	h.count++
+	if h.name == "" || pod.Name < h.name {
+		h.name, h.problem = pod.Name, p
+	}
+}
+
+func poolReadyCondition(st airlockv1.SandboxPoolStatus, blocked *blocker, held heldMembers) metav1.Condition {
 	c := metav1.Condition{Type: airlockv1.PoolConditionReady, Status: metav1.ConditionFalse}
 	switch {
 	case blocked != nil:
@@ -64,6 +86,9 @@ func poolReadyCondition(st airlockv1.SandboxPoolStatus, blocked *blocker) metav1
 		c.Reason = ReasonPoolFilling
 		c.Message = fmt.Sprintf("%d of %d members ready (template generation %d), %d of an older generation being replaced",
 			st.ReadyMembers, st.Desired, st.TemplateGeneration, st.StaleMembers)
+		if held.count > 0 {
+			c.Message += fmt.Sprintf("; %d starting members are held up, e.g. pod %s: %s", held.count, held.name, held.problem)
+		}
 	}
 	return c
 }
