@@ -592,9 +592,10 @@ start_kubelet() {
 start_network_daemons() {
 	start_daemon kube-proxy --config="${CFG}/kube-proxy.yaml"
 	# Firewall only: kube-router enforces NetworkPolicy with iptables + ipset; routing and services stay ours.
+	# KUBE_ROUTER_V=2 logs each sync's steps and each pod update (hack/kube-router-timeline.py reads them).
 	start_daemon kube-router --kubeconfig="${KCFG}/kube-router.kubeconfig" --run-firewall=true --run-router=false \
 		--run-service-proxy=false --hostname-override="${NODE_NAME}" --service-cluster-ip-range="${SERVICE_CIDR}" \
-		--health-port=0 --metrics-port=0 --enable-ipv6=false --enable-ipv4=true
+		--health-port=0 --metrics-port=0 --enable-ipv6=false --enable-ipv4=true --v="${KUBE_ROUTER_V:-0}"
 }
 
 # ---------------------------------------------------------------- commands

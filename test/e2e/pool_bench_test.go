@@ -28,7 +28,7 @@ import (
 // deletions awaited, before the next round; every round starts with the pool full and the node's CPU settled
 // (settle). Ready is seen through a watch, so that timing adds no polling load. AIRLOCK_BENCH_ROUNDS sets the
 // rounds (default 20), AIRLOCK_BENCH_PARALLEL the parallelisms (default 1,20), AIRLOCK_BENCH_COLD=0 leaves out
-// the cold rounds.
+// the cold rounds. Each round of rounds also has an "API floor" round (floorRound): the claim's writes alone.
 func BenchmarkWarmStart(b *testing.B) {
 	rounds := 20
 	if v, err := strconv.Atoi(os.Getenv("AIRLOCK_BENCH_ROUNDS")); err == nil && v > 0 {
@@ -65,7 +65,7 @@ func BenchmarkWarmStart(b *testing.B) {
 				})
 			}
 			for b.Loop() {
-				var warmCR, coldCR, warmGW, coldGW []time.Duration
+				var warmCR, coldCR, warmGW, coldGW, floor []time.Duration
 				var notWarm int
 				// Every round starts with the pool full and the node settled (below), warm and cold alike.
 				round := func(name string, f func() ([]time.Duration, int)) ([]time.Duration, int) {
@@ -100,7 +100,14 @@ func BenchmarkWarmStart(b *testing.B) {
 						d, _ = round("cold gateway", func() ([]time.Duration, int) { return gatewayRound(b, g, key, ns, par, "python-node-cold") })
 						coldGW = append(coldGW, d...)
 					}
+					d, _ = round("API floor", func() ([]time.Duration, int) { return floorRound(b, ns, par) })
+					floor = append(floor, d...)
 				}
+				fl := benchstat.Percentile(floor, 50)
+				b.ReportMetric(float64(fl.Milliseconds()), "floor-p50-ms")
+				b.Logf("parallelism %d, API floor (a claim's three writes, no controller): p50 %s p90 %s (%s–%s, %d); warm gateway / floor %.2f, warm CR / floor %.2f at p50",
+					par, fl, benchstat.Percentile(floor, 90), benchstat.Percentile(floor, 0), benchstat.Percentile(floor, 100), len(floor),
+					benchstat.Percentile(warmGW, 50).Seconds()/fl.Seconds(), benchstat.Percentile(warmCR, 50).Seconds()/fl.Seconds())
 				for _, s := range []struct {
 					name       string
 					warm, cold []time.Duration
@@ -347,8 +354,64 @@ func gatewayRound(b *testing.B, g *gatewayProc, key, ns string, n int, template 
 	return took, misses
 }
 
+// floorLabel marks floorRound's ConfigMaps, which deleteAllAndWait removes.
+const floorLabel = "bench.airlock.dev/floor"
+
+// floorRound is what a burst of n claims costs in API writes alone, with no controller and no watch between
+// them: n clients at once each make a warm claim's three writes in a row, as the client would if it did the
+// manager's work itself. A ConfigMap of a Sandbox's size stands in for the Sandbox (its create, then its
+// update for the status write); the claim's pod patch is a real one, under the optimistic lock, of an
+// unclaimed member of the pool (an annotation, which the pool ignores; the kubelet syncs the pod, as it does
+// for a claim). It returns each client's time for its three writes: the floor a warm claim cannot go below on
+// this node.
+func floorRound(b *testing.B, ns string, n int) ([]time.Duration, int) {
+	ctx := context.Background()
+	pods := members(b, ns, "python-node")
+	if len(pods) < n {
+		b.Fatalf("API floor: %d unclaimed members, want %d", len(pods), n)
+	}
+	var mu sync.Mutex
+	var took []time.Duration
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pod := &pods[i]
+			cm := &corev1.ConfigMap{}
+			cm.Namespace, cm.Name = ns, fmt.Sprintf("floor-%d-%d", i, time.Now().UnixNano()%1e9)
+			cm.Labels = map[string]string{floorLabel: "true"}
+			cm.Data = map[string]string{"spec": strings.Repeat("x", 1024)}
+			t0 := time.Now()
+			if err := k8s.Create(ctx, cm); err != nil {
+				b.Error(err)
+				return
+			}
+			patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			metav1.SetMetaDataAnnotation(&pod.ObjectMeta, floorLabel, cm.Name)
+			if err := k8s.Patch(ctx, pod, patch); err != nil {
+				b.Error(err)
+				return
+			}
+			cm.Data["status"] = "Ready"
+			if err := k8s.Update(ctx, cm); err != nil {
+				b.Error(err)
+				return
+			}
+			mu.Lock()
+			took = append(took, time.Since(t0))
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return took, 0
+}
+
 func deleteAllAndWait(b *testing.B, ns string) {
 	ctx := context.Background()
+	if err := k8s.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns), client.MatchingLabels{floorLabel: "true"}); err != nil {
+		b.Fatal(err)
+	}
 	if err := k8s.DeleteAllOf(ctx, &airlockv1.Sandbox{}, client.InNamespace(ns)); err != nil {
 		b.Fatal(err)
 	}
