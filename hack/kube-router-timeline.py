@@ -21,43 +21,43 @@ def seconds(h, m, s):
     return int(h) * 3600 + int(m) * 60 + float(s)
 
 
+def lines_since(log, stamp, since):
+    """Yields (seconds of the day, line) for the lines of LOGS/log whose time (regex stamp: hour, minute,
+    second) is not before since."""
+    with open(f"{LOGS}/{log}") as f:
+        for line in f:
+            m = re.search(stamp, line)
+            if m and (t := seconds(*m.groups())) >= since:
+                yield t, line
+
+
 def kube_router(since):
     """Returns {pod: [times of relevant updates]} and the syncs [{start, restored, end}] after since."""
     updates, syncs, cur = {}, [], None
-    with open(f"{LOGS}/kube-router.log") as f:
-        for line in f:
-            m = re.match(r"I\d{4} (\d\d):(\d\d):(\d\d\.\d+)", line)
-            if not m or seconds(*m.groups()) < since:
-                continue
-            t = seconds(*m.groups())
-            if u := re.search(r"Received update to pod: (\S+)", line):
-                updates.setdefault(u[1], []).append(t)
-            elif "Starting sync of iptables" in line:
-                cur = {"start": t}
-            elif "Restoring IPv4 iptables rules took" in line and cur:
-                cur["restored"] = t
-            elif "sync iptables took" in line and cur:
-                cur["end"] = t
-                syncs.append(cur)
-                cur = None
+    for t, line in lines_since("kube-router.log", r"^I\d{4} (\d\d):(\d\d):(\d\d\.\d+)", since):
+        if u := re.search(r"Received update to pod: (\S+)", line):
+            updates.setdefault(u[1], []).append(t)
+        elif "Starting sync of iptables" in line:
+            cur = {"start": t}
+        elif "Restoring IPv4 iptables rules took" in line and cur:
+            cur["restored"] = t
+        elif "sync iptables took" in line and cur:
+            cur["end"] = t
+            syncs.append(cur)
+            cur = None
     return updates, syncs
 
 
 def container_starts(since):
     """Returns {namespace/pod: time its (last) container start returned} from containerd's log."""
     sandbox_pod, container_pod, started = {}, {}, {}
-    with open(f"{LOGS}/containerd.log") as f:
-        for line in f:
-            m = re.search(r'time="[\d-]+T(\d\d):(\d\d):(\d\d\.\d+)Z"', line)
-            if not m or seconds(*m.groups()) < since:
-                continue
-            t = seconds(*m.groups())
-            if r := re.search(r'RunPodSandbox for name:\\"([^\\]+)\\".*namespace:\\"([^\\]+)\\" returns sandbox id \\"(\w+)', line):
-                sandbox_pod[r[3]] = f"{r[2]}/{r[1]}"
-            elif (c := re.search(r'CreateContainer within sandbox \\"(\w+)\\".*returns container id \\"(\w+)', line)) and c[1] in sandbox_pod:
-                container_pod[c[2]] = sandbox_pod[c[1]]
-            elif (s := re.search(r'StartContainer for \\"(\w+)\\" returns successfully', line)) and s[1] in container_pod:
-                started[container_pod[s[1]]] = t
+    for t, line in lines_since("containerd.log", r'time="[\d-]+T(\d\d):(\d\d):(\d\d\.\d+)Z"', since):
+        if r := re.search(r'RunPodSandbox for name:\\"([^\\]+)\\".*namespace:\\"([^\\]+)\\" returns sandbox id \\"(\w+)', line):
+            sandbox_pod[r[3]] = f"{r[2]}/{r[1]}"
+        elif (c := re.search(r'CreateContainer within sandbox \\"(\w+)\\".*returns container id \\"(\w+)', line)) and c[1] in sandbox_pod:
+            container_pod[c[2]] = sandbox_pod[c[1]]
+        elif (s := re.search(r'StartContainer for \\"(\w+)\\" returns successfully', line)) and s[1] in container_pod:
+            started[container_pod[s[1]]] = t
     return started
 
 
