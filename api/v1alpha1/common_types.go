@@ -88,8 +88,12 @@ type EgressPort struct {
 // EnvVar is a plain environment variable. References to Secrets or ConfigMaps are deliberately not supported:
 // a sandbox runs untrusted code and holds no credentials.
 type EnvVar struct {
-	// Name of the variable; must be a C identifier.
+	// Name of the variable; must be a C identifier. Names starting with AIRLOCK_ are reserved for Airlock's own
+	// variables, which the sandbox's PID 1 (airlock-init) reads; so are the Go runtime's GODEBUG, GOGC,
+	// GOMAXPROCS, GOMEMLIMIT and GOTRACEBACK, which would change how airlock-init runs (an exec request's env
+	// may set those for one command).
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('AIRLOCK_') && !(self in ['GODEBUG', 'GOGC', 'GOMAXPROCS', 'GOMEMLIMIT', 'GOTRACEBACK'])",messageExpression="self.startsWith('AIRLOCK_') ? self + ' is reserved: names starting with AIRLOCK_ are the variables of Airlock itself, which its supervisor (the sandbox PID 1) reads for the network gate, the memory guard and the process limit' : self + ' is reserved in the sandbox env: the Go runtime of airlock-init, the sandbox PID 1, reads it; set it per command in the env of an exec request instead'"
 	// +kubebuilder:validation:MaxLength=256
 	// +required
 	Name string `json:"name"`
