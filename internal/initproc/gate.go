@@ -66,11 +66,13 @@ type gateConfig struct {
 	marker            string
 	readyPort         int
 	protocol          int
+	// localTargets lets an empty host skip the network gate and a loopback one count (PID1ForTests).
+	localTargets bool
 }
 
 // bind registers the gate's flags on fs.
 func (g *gateConfig) bind(fs *flag.FlagSet) {
-	fs.StringVar(&g.host, "gate-host", "", "host of an address that listens and that the sandbox's policy blocks, e.g. the node IP; empty skips the network gate")
+	fs.StringVar(&g.host, "gate-host", "", "IP address outside the pod that listens and that the sandbox's policy blocks, e.g. the node's; required: empty, loopback or unspecified fails the pod")
 	fs.IntVar(&g.port, "gate-port", 10250, "port on gate-host that listens but is blocked by the sandbox's policy (the kubelet's)")
 	fs.DurationVar(&g.timeout, "gate-timeout", 30*time.Second, "how long to wait for isolation before failing the pod")
 	fs.StringVar(&g.proxyTarget, "proxy-target", "", "host:port of the egress proxy, which must be reached once the gate target is blocked (Restricted sandboxes with an allowlist)")
@@ -83,6 +85,7 @@ func (g *gateConfig) bind(fs *flag.FlagSet) {
 	fs.IntVar(&g.readyPort, "ready-port", 0, "TCP port that answers HTTP 200 once the gate passed (the pod's httpGet readiness probe); 0: none")
 	fs.IntVar(&g.protocol, "protocol", 0, "the manager's init protocol; another than this binary's fails the pod (0: not checked)")
 	g.marker = gvisorMarker
+	g.localTargets = localGateTargets
 }
 
 // checkProtocol refuses a manager that speaks another protocol than this binary: commands would fail in
@@ -127,7 +130,10 @@ func (g *gateConfig) run(log io.Writer) error {
 	if err := g.checkRuntime(kernel, marker); err != nil {
 		return err
 	}
-	if g.host == "" {
+	if err := g.checkTarget(); err != nil {
+		return err
+	}
+	if g.host == "" { // only outside a pod (PID1ForTests)
 		fmt.Fprintf(log, "airlock-init: kernel %s, gVisor marker %t; no network gate\n", kernel, marker)
 		return nil
 	}

@@ -100,6 +100,7 @@ func gateOf(t *testing.T, args ...string) *gateConfig {
 	fs := flag.NewFlagSet("pid1", flag.ContinueOnError)
 	var g gateConfig
 	g.bind(fs)
+	g.localTargets = true // loopback stands in for the node
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "pid1":
-		os.Exit(initproc.PID1(os.Args[2:], os.Stderr))
+		os.Exit(initproc.PID1ForTests(os.Args[2:], os.Stderr))
 	case "pid1-fakemem":
 		os.Exit(fakeMemPID1(os.Args[2]))
 	case "exec":
