@@ -2,6 +2,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -21,7 +22,9 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/controller"
+	"airlock.dev/airlock/internal/initproc"
 	"airlock.dev/airlock/internal/metrics"
+	"airlock.dev/airlock/internal/runwrap"
 	"airlock.dev/airlock/internal/sandbox"
 	"airlock.dev/airlock/internal/version"
 )
@@ -55,8 +58,13 @@ func run() error {
 	fs.BoolVar(&defaults.AllowUnisolated, "allow-unisolated-runtimes", false, "Let sandboxes run under non-isolating handlers such as runc; status.isolation then says none. Not a security boundary for hostile code.")
 	fs.StringVar(&podOpts.GateTarget, "gate-target", "", "host:port the network gate probes: it must listen and be denied by the sandbox's policy. Empty: the pod's node IP and the kubelet port from the Node's status.")
 	fs.DurationVar(&podOpts.GateTimeout.Duration, "network-gate-timeout", podOpts.GateTimeout.Duration, "How long a new pod waits for its network isolation to take effect before it fails.")
-	fs.IntVar(&podOpts.ProcessLimit, "process-limit", podOpts.ProcessLimit, "Most processes the sandbox user may have (RLIMIT_NPROC) under --process-limit-runtime-classes; 0 disables.")
-	processRuntimes := fs.String("process-limit-runtime-classes", strings.Join(podOpts.ProcessLimitRuntimes, ","), "Comma-separated runtime classes whose pids limit kills the whole sandbox instead of failing fork (gVisor), so the process limit is applied inside.")
+	fs.IntVar(&podOpts.ProcessLimit, "process-limit", podOpts.ProcessLimit, "Most processes the sandbox user may have (RLIMIT_NPROC) under --process-limit-handlers; 0 disables.")
+	processHandlers := fs.String("process-limit-handlers", strings.Join(podOpts.ProcessLimitHandlers, ","), "Comma-separated globs of the RuntimeClass handlers (not class names: the handler is what the node runs) whose pids limit kills the whole sandbox instead of failing fork (gVisor's), so the process limit is applied inside.")
+	fs.Func("process-limit-runtime-classes", "Removed: it matched RuntimeClass names; use --process-limit-handlers.", func(string) error {
+		return errors.New("removed: it matched RuntimeClass names, which say nothing of the runtime; use --process-limit-handlers, globs of the RuntimeClass handler (default " +
+			strings.Join(sandbox.GVisorHandlers, ",") + ")")
+	})
+	fs.StringVar(&podOpts.MemoryGuard, "memory-guard", "", "PID 1's memory guard in every sandbox: the headroom in MiB below the sandbox's memory limit at which it kills the largest command, or off. Empty: airlock-init's default (160).")
 	egressProxy := fs.String("egress-proxy-service", "", "namespace/name of the egress proxy's Service, which Restricted sandboxes with an allowlist (network.allow) reach their hosts through; empty: no proxy, and such sandboxes wait with reason EgressProxyUnavailable.")
 	fs.IntVar(&workers, "workers", 32, "How many sandboxes are reconciled concurrently (each reconcile mostly waits for the API server).")
 	fs.IntVar(&qps, "kube-api-qps", 200, "Queries per second the manager may send to the API server.")
@@ -75,12 +83,21 @@ func run() error {
 		return fmt.Errorf("--isolating-handlers: %w", err)
 	}
 	if podOpts.GateTarget != "" {
-		_, port, err := net.SplitHostPort(podOpts.GateTarget)
+		host, port, err := net.SplitHostPort(podOpts.GateTarget)
 		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
 			return fmt.Errorf("--gate-target must be host:port, got %q", podOpts.GateTarget)
 		}
+		if err := initproc.CheckGateHost(host); err != nil {
+			return fmt.Errorf("--gate-target: %w", err)
+		}
 	}
-	podOpts.ProcessLimitRuntimes = splitList(*processRuntimes)
+	podOpts.ProcessLimitHandlers = splitList(*processHandlers)
+	if err := sandbox.ValidateHandlerGlobs(podOpts.ProcessLimitHandlers); err != nil {
+		return fmt.Errorf("--process-limit-handlers: %w", err)
+	}
+	if _, _, err := runwrap.ParseMemoryGuard(podOpts.MemoryGuard); err != nil {
+		return fmt.Errorf("--memory-guard: %w", err)
+	}
 	if defaults.MaxTimeout <= 0 || defaults.MaxTimeout > 24*time.Hour {
 		return fmt.Errorf("--max-timeout must be in (0, 24h], got %s", defaults.MaxTimeout)
 	}

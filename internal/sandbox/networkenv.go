@@ -19,10 +19,11 @@ const noNetworkIndex = "https://sandbox-has-no-network.invalid/"
 // the sandbox's network mode. Restricted with an allowlist: the proxy variables (by the proxy Service's IP:
 // the sandbox has no DNS), which pip, npm, git and curl honour. None: pip and npm point at an index whose name
 // says the network is off, with retries off, so they fail in a second rather than back off for a minute.
+// A template or sandbox may override any of them: they only help tools, the sandbox's NetworkPolicy and PID 1's
+// gate (its flags) do not depend on them.
 func NetworkEnv(n airlockv1.NetworkSpec, proxy *EgressProxy) []corev1.EnvVar {
 	if n.Mode != airlockv1.NetworkRestricted {
 		return []corev1.EnvVar{
-			{Name: NetworkModeEnv, Value: "none"},
 			{Name: "PIP_INDEX_URL", Value: noNetworkIndex + "pypi/simple/"},
 			{Name: "PIP_RETRIES", Value: "0"},
 			{Name: "PIP_TIMEOUT", Value: "2"},
@@ -31,7 +32,7 @@ func NetworkEnv(n airlockv1.NetworkSpec, proxy *EgressProxy) []corev1.EnvVar {
 			{Name: "npm_config_fetch_timeout", Value: "2000"},
 		}
 	}
-	env := []corev1.EnvVar{{Name: NetworkModeEnv, Value: "restricted"}}
+	var env []corev1.EnvVar
 	if !NeedsProxy(n) || proxy == nil {
 		return env
 	}
@@ -43,4 +44,12 @@ func NetworkEnv(n airlockv1.NetworkSpec, proxy *EgressProxy) []corev1.EnvVar {
 		env = append(env, corev1.EnvVar{Name: k, Value: "localhost,127.0.0.1,::1"})
 	}
 	return env
+}
+
+// networkModeEnv is NetworkModeEnv, one of Airlock's own variables (BuildPod puts it with them, last).
+func networkModeEnv(n airlockv1.NetworkSpec) corev1.EnvVar {
+	if n.Mode == airlockv1.NetworkRestricted {
+		return corev1.EnvVar{Name: NetworkModeEnv, Value: "restricted"}
+	}
+	return corev1.EnvVar{Name: NetworkModeEnv, Value: "none"}
 }

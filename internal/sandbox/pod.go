@@ -29,13 +29,17 @@ type PodOptions struct {
 	GateTarget string
 	// GateTimeout bounds how long the gate waits for isolation before failing the pod.
 	GateTimeout metav1.Duration
-	// ProcessLimit caps the sandbox user's processes (RLIMIT_NPROC, set on each command by the supervisor) under the
-	// runtimes in ProcessLimitRuntimes. Under gVisor the pod's pids limit kills the whole sandbox instead of
-	// failing fork, so a fork bomb must be stopped inside first. Under gVisor (systrap) each guest process
+	// ProcessLimit caps the sandbox user's processes (RLIMIT_NPROC, set on each command by the supervisor) under
+	// the RuntimeClass handlers that ProcessLimitHandlers match (globs, as path.Match): the handler is what the
+	// node runs, whatever the class is named. Under gVisor the pod's pids limit kills the whole sandbox instead
+	// of failing fork, so a fork bomb must be stopped inside first. Under gVisor (systrap) each guest process
 	// costs about two host tasks on top of ~60 for the sandbox itself: keep it below a quarter of the
 	// kubelet's podPidsLimit (1024 on the local cluster).
 	ProcessLimit         int
-	ProcessLimitRuntimes []string
+	ProcessLimitHandlers []string
+	// MemoryGuard is PID 1's memory guard for every sandbox: a headroom in MiB below the memory limit, or
+	// "off"; empty leaves PID 1's default (runwrap.DefaultMemoryHeadroom).
+	MemoryGuard string
 	// Isolation is what the pod's runtime must prove from inside before any command runs (the RuntimeClass
 	// handler's expected isolation); for IsolationKata (a VM), HostKernels are the nodes' kernels, none of which
 	// the pod's may be. The controller sets both for each pod.
@@ -107,7 +111,7 @@ func sandboxArgs(pod *corev1.Pod) []string {
 // DefaultPodOptions are the defaults of PodOptions except the image, which depends on the release.
 func DefaultPodOptions(initImage string) PodOptions {
 	return PodOptions{InitImage: initImage, GatePort: 10250, GateTimeout: metav1.Duration{Duration: 30e9},
-		ProcessLimit: 256, ProcessLimitRuntimes: []string{"gvisor"}}
+		ProcessLimit: 256, ProcessLimitHandlers: slices.Clone(GVisorHandlers)}
 }
 
 // GVisorOverlayAnnotation sets runsc's --overlay2 for one pod. containerd passes it to runsc only when the
@@ -119,6 +123,8 @@ const (
 	workdirVolume = "workdir"
 	// nodeIPEnv carries the node's IP (the gate's target) into PID 1's arguments.
 	nodeIPEnv = "AIRLOCK_NODE_IP"
+	// MemoryGuardEnv carries PodOptions.MemoryGuard to PID 1 (runwrap.MemoryGuardEnv).
+	MemoryGuardEnv = "AIRLOCK_MEMORY_GUARD"
 	// ReadyPort is where PID 1 answers the pod's readiness probe, an httpGet from the kubelet (Kubernetes lets
 	// a pod's own node reach it whatever its policies say): 200 once its gate passed, and until then it holds
 	// the request, so that the kubelet's first probe, made as soon as it sees the container run, returns the
@@ -147,14 +153,12 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 	}
 
 	env := []corev1.EnvVar{{Name: "HOME", Value: r.WorkingDir}, {Name: "USER", Value: "sandbox"}}
-	// The network's own settings come before the template's and the sandbox's env, which win on a name.
+	// The network's settings for tools come before the template's and the sandbox's env, which win on a name.
 	env = append(env, NetworkEnv(r.Network, r.EgressProxy)...)
 	for _, e := range r.Env {
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
 	}
-	if o.ProcessLimit > 0 && slices.Contains(o.ProcessLimitRuntimes, r.RuntimeClassName) {
-		env = append(env, corev1.EnvVar{Name: ProcessLimitEnv, Value: strconv.Itoa(o.ProcessLimit)})
-	}
+	env = append(env, airlockEnv(r, o)...)
 
 	volumes, mounts, annotations := workdirStorage(r)
 	if !r.InitFromImage {
@@ -184,10 +188,6 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 		// The positive control: after the kubelet is seen blocked, the proxy must be reached.
 		command = append(command, ProxyTargetFlag+r.EgressProxy.Address)
 	}
-	// The gate's target. Commands inherit it too: the node's IP is no secret to a pod, it is its way out.
-	env = append([]corev1.EnvVar{{Name: nodeIPEnv,
-		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}}}, env...)
-
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        sbx.Name,
@@ -246,13 +246,31 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 	}
 }
 
+// airlockEnv are Airlock's own variables, which PID 1 reads. They come last in the container's env: the kubelet
+// takes the last of duplicate names (for the env and for $(VAR) in the command), so they win over any entry of
+// the same name that reached the template's or sandbox's env (CheckPodEnvName refuses them, but an object made
+// before that check existed may hold one).
+func airlockEnv(r Resolved, o PodOptions) []corev1.EnvVar {
+	// The gate's target. Commands inherit it too: the node's IP is no secret to a pod, it is its way out.
+	env := []corev1.EnvVar{{Name: nodeIPEnv,
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
+		networkModeEnv(r.Network)}
+	if o.ProcessLimit > 0 && matchesHandler(o.ProcessLimitHandlers, r.RuntimeHandler) {
+		env = append(env, corev1.EnvVar{Name: ProcessLimitEnv, Value: strconv.Itoa(o.ProcessLimit)})
+	}
+	if o.MemoryGuard != "" {
+		env = append(env, corev1.EnvVar{Name: MemoryGuardEnv, Value: o.MemoryGuard})
+	}
+	return env
+}
+
 // workdirStorage returns where the working directory's files live. An emptyDir's sizeLimit only makes the kubelet
 // evict the pod, files and all, some time after the limit was passed. Under gVisor the working directory (and
 // /tmp: the image ships it non-empty so runsc does not mount its own, memory-backed tmpfs there) stay in the
 // container's root filesystem instead, whose overlay upper layer runsc keeps in a file on the node, sized here:
 // a write past the limit fails with ENOSPC and the sandbox lives on.
 func workdirStorage(r Resolved) ([]corev1.Volume, []corev1.VolumeMount, map[string]string) {
-	if r.RuntimeHandler == "runsc" || strings.HasPrefix(r.RuntimeHandler, "runsc-") {
+	if GVisorHandler(r.RuntimeHandler) {
 		return nil, nil, map[string]string{GVisorOverlayAnnotation: "root:self,size=" + strconv.FormatInt(r.WorkdirLimit.Value(), 10)}
 	}
 	return []corev1.Volume{{Name: workdirVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{

@@ -206,31 +206,27 @@ var (
 
 // IsolatingHandler reports whether a RuntimeClass handler matches one of the isolating globs.
 func (d Defaults) IsolatingHandler(handler string) bool {
-	for _, g := range d.IsolatingHandlers {
-		if ok, err := path.Match(g, handler); err == nil && ok {
-			return true
-		}
-	}
-	return false
+	return matchesHandler(d.IsolatingHandlers, handler)
 }
 
-// ExpectedIsolation is what a sandbox under this handler must prove: gVisor for runsc (and runsc-*), a kernel
-// of its own (a VM) for any other isolating handler, nothing for the rest.
+// ExpectedIsolation is what a sandbox under this handler must prove: gVisor for a gVisor handler
+// (GVisorHandlers), a kernel of its own (a VM) for any other isolating handler, nothing for the rest.
 func (d Defaults) ExpectedIsolation(handler string) airlockv1.Isolation {
 	switch {
 	case !d.IsolatingHandler(handler):
 		return airlockv1.IsolationNone
-	case handler == "runsc" || strings.HasPrefix(handler, "runsc-"):
+	case GVisorHandler(handler):
 		return airlockv1.IsolationGVisor
 	}
 	return airlockv1.IsolationKata
 }
 
-// ValidateHandlerGlobs rejects malformed --isolating-handlers patterns, which would otherwise match nothing.
+// ValidateHandlerGlobs rejects malformed handler patterns (--isolating-handlers, --process-limit-handlers), which
+// would otherwise match nothing.
 func ValidateHandlerGlobs(globs []string) error {
 	for _, g := range globs {
 		if _, err := path.Match(g, ""); err != nil {
-			return fmt.Errorf("isolating handler pattern %q: %w", g, err)
+			return fmt.Errorf("handler pattern %q: %w", g, err)
 		}
 	}
 	return nil

@@ -156,10 +156,14 @@ func TestCheckRuntimeByHandler(t *testing.T) {
 
 func TestExpectedIsolation(t *testing.T) {
 	d := DefaultDefaults()
-	for handler, want := range map[string]airlockv1.Isolation{"runsc": airlockv1.IsolationGVisor, "runsc-kvm": airlockv1.IsolationKata,
-		"kata-fc": airlockv1.IsolationKata, "runc": airlockv1.IsolationNone, "": airlockv1.IsolationNone} {
-		if handler == "runsc-kvm" {
-			d.IsolatingHandlers = append(d.IsolatingHandlers, "runsc-*")
+	for handler, want := range map[string]airlockv1.Isolation{"runsc": airlockv1.IsolationGVisor, "runsc-kvm": airlockv1.IsolationNone,
+		"gvisor": airlockv1.IsolationNone, "kata-fc": airlockv1.IsolationKata, "runc": airlockv1.IsolationNone, "": airlockv1.IsolationNone} {
+		if handler == "runsc-kvm" || handler == "gvisor" {
+			// Isolating only when the operator lists it; then gVisor, as the handler says (GKE's is "gvisor").
+			if got := d.ExpectedIsolation(handler); got != want {
+				t.Errorf("unlisted handler %q: %s, want %s", handler, got, want)
+			}
+			d.IsolatingHandlers = append(d.IsolatingHandlers, handler)
 			want = airlockv1.IsolationGVisor
 		}
 		if got := d.ExpectedIsolation(handler); got != want {
@@ -580,10 +584,22 @@ func expect[T comparable](t *testing.T, got, want T) {
 	}
 }
 
-func TestProcessLimitOnlyUnderListedRuntimes(t *testing.T) {
-	for rc, want := range map[string]bool{"gvisor": true, "runc": false} {
+// TestProcessLimitFollowsTheHandler: the process limit applies under gVisor's handlers whatever the RuntimeClass
+// is named (a class "sandboxed" with handler runsc; GKE's class gvisor with handler gvisor), and not under runc
+// even in a class named gvisor. With the limit matched against the class name, as before, the first two fail.
+func TestProcessLimitFollowsTheHandler(t *testing.T) {
+	for _, tc := range []struct {
+		class, handler string
+		want           bool
+	}{
+		{"sandboxed", "runsc", true},
+		{"gvisor", "gvisor", true},
+		{"gvisor-kvm", "runsc-kvm", true},
+		{"gvisor", "runc", false},
+		{"kata", "kata-qemu", false},
+	} {
 		r, _ := Resolve(sbx(), nil, DefaultDefaults())
-		r.RuntimeClassName = rc
+		r.RuntimeClassName, r.RuntimeHandler = tc.class, tc.handler
 		pod := BuildPod(sbx(), r, DefaultPodOptions("init:1"))
 		got := false
 		for _, e := range pod.Spec.Containers[0].Env {
@@ -591,9 +607,48 @@ func TestProcessLimitOnlyUnderListedRuntimes(t *testing.T) {
 				got = e.Value == "256"
 			}
 		}
-		if got != want {
-			t.Errorf("%s: process limit set=%v, want %v", rc, got, want)
+		if got != tc.want {
+			t.Errorf("class %s, handler %s: process limit set=%v, want %v", tc.class, tc.handler, got, tc.want)
 		}
+	}
+	o := DefaultPodOptions("init:1")
+	o.ProcessLimitHandlers = []string{"kata*"}
+	r, _ := Resolve(sbx(), nil, DefaultDefaults())
+	r.RuntimeHandler = "kata-qemu"
+	if !slices.ContainsFunc(BuildPod(sbx(), r, o).Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == ProcessLimitEnv }) {
+		t.Error("the operator's handler globs must decide where the limit applies")
+	}
+}
+
+// TestAirlockEnvComesLast: Airlock's own variables are the container's last entries, after the template's and
+// the sandbox's env, so the kubelet (last duplicate wins, for the env and for $(AIRLOCK_NODE_IP) in PID 1's
+// --gate-host) uses Airlock's even when an object made before the CRD refused such names carries one. Fails
+// with AIRLOCK_NODE_IP first and the tenant's env after it (as before): checked.
+func TestAirlockEnvComesLast(t *testing.T) {
+	r, _ := Resolve(sbx(), nil, DefaultDefaults())
+	r.RuntimeHandler = "runsc"
+	r.Env = []airlockv1.EnvVar{{Name: "AIRLOCK_NODE_IP", Value: "127.0.0.1"}, {Name: "AIRLOCK_MEMORY_GUARD", Value: "off"},
+		{Name: "AIRLOCK_PROCESS_LIMIT", Value: "100000"}, {Name: NetworkModeEnv, Value: "restricted"}, {Name: "MINE", Value: "1"}}
+	o := DefaultPodOptions("init:1")
+	o.MemoryGuard = "200"
+	env := BuildPod(sbx(), r, o).Spec.Containers[0].Env
+	if len(env) < 4 {
+		t.Fatalf("env %+v", env)
+	}
+	tail := map[string]corev1.EnvVar{}
+	for _, e := range env[len(env)-4:] {
+		tail[e.Name] = e
+	}
+	if ip := tail["AIRLOCK_NODE_IP"]; ip.ValueFrom == nil || ip.ValueFrom.FieldRef.FieldPath != "status.hostIP" {
+		t.Errorf("the last entries must hold the node's IP as AIRLOCK_NODE_IP, got %+v in %+v", ip, env)
+	}
+	for name, want := range map[string]string{MemoryGuardEnv: "200", ProcessLimitEnv: "256", NetworkModeEnv: "none"} {
+		if e, ok := tail[name]; !ok || e.Value != want {
+			t.Errorf("the last entries must hold Airlock's %s=%s, got %+v in %+v", name, want, e, env)
+		}
+	}
+	if !slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == "MINE" && e.Value == "1" }) {
+		t.Errorf("the sandbox's own variable is lost: %+v", env)
 	}
 }
 
@@ -612,7 +667,11 @@ func TestWorkdirUnderGVisorIsInTheSizedRootOverlay(t *testing.T) {
 			t.Errorf("under gVisor the working directory must stay in the root overlay (an emptyDir only evicts), got mount %+v", m)
 		}
 	}
-	r.RuntimeHandler = "runc"
+	r.RuntimeClassName, r.RuntimeHandler = "sandboxed", "gvisor" // GKE Sandbox's handler, in a class of any name
+	if pod := BuildPod(sbx(), r, DefaultPodOptions("init:1")); pod.Annotations[GVisorOverlayAnnotation] == "" {
+		t.Errorf("handler gvisor is gVisor: want the overlay annotation, got %v", pod.Annotations)
+	}
+	r.RuntimeClassName, r.RuntimeHandler = "gvisor", "runc"
 	if pod := BuildPod(sbx(), r, DefaultPodOptions("init:1")); pod.Annotations[GVisorOverlayAnnotation] != "" || len(pod.Spec.Volumes) != 2 {
 		t.Errorf("under runc the working directory is a size-limited emptyDir without the gVisor annotation, got %v %+v", pod.Annotations, pod.Spec.Volumes)
 	}
