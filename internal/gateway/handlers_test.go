@@ -71,6 +71,9 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"/v1/sandboxes", `{"network": "open"}`, "network"},
 		{"/v1/sandboxes", `{"template": "Bad_Name"}`, "template"},
 		{"/v1/sandboxes", `{"env": {"1X": "a"}}`, "env"},
+		{"/v1/sandboxes", `{"env": {"AIRLOCK_NODE_IP": ""}}`, "env"},
+		{"/v1/sandboxes", `{"env": {"GOGC": "off"}}`, "env"},
+		{"/v1/sandboxes", `{"secrets": {"AIRLOCK_MEMORY_GUARD": "off"}}`, "secrets"},
 		{"/v1/sandboxes", `{"metadata": {"-k": "v"}}`, "metadata"},
 		{"/v1/sandboxes", `{"wait": "yes"}`, "wait"},
 		{"/v1/sandboxes", `{"sise": "small"}`, "sise"},
@@ -84,6 +87,7 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"/v1/sandboxes/sbx-a/exec", `{"command": "a", "max_output_bytes": 10}`, "max_output_bytes"},
 		{"/v1/sandboxes/sbx-a/exec", `{"command": "a", "kill_after_output_bytes": -1}`, "kill_after_output_bytes"},
 		{"/v1/sandboxes/sbx-a/exec", `{"command": "a", "env": {"A=B": "x"}}`, "env"},
+		{"/v1/sandboxes/sbx-a/exec", `{"command": "a", "env": {"AIRLOCK_RUNWRAP_ROLE": "keeper"}}`, "env"},
 		{"/v1/sandboxes/sbx-a/exec", `{"command": "a", "stdin": 5}`, "stdin"},
 	}
 	for _, c := range cases {

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/sandbox"
 )
 
 // poolLookupTimeout bounds the pool lookup of a create: a cache that cannot sync (no RBAC for sandboxpools)
@@ -73,14 +74,17 @@ func networkMode(n *airlockv1.NetworkSpec, tmpl *airlockv1.SandboxTemplate) airl
 
 // lateEnv is a command's environment in a sandbox that adopted a warm pool member: the sandbox's own
 // spec.env, which its pod was not made with, under the request's. A sandbox with a pod of its own has spec.env
-// in the pod already.
+// in the pod already. Names Airlock reserves are left out: create and the CRD refuse them, but a Sandbox made
+// before they did may hold one (as BuildPod puts Airlock's own variables last for a cold start).
 func lateEnv(sb *airlockv1.Sandbox, req map[string]string) map[string]string {
 	if !warmStart(sb) || len(sb.Spec.Env) == 0 {
 		return req
 	}
 	env := make(map[string]string, len(sb.Spec.Env)+len(req))
 	for _, e := range sb.Spec.Env {
-		env[e.Name] = e.Value
+		if sandbox.CheckCommandEnvName(e.Name) == nil {
+			env[e.Name] = e.Value
+		}
 	}
 	for k, v := range req {
 		env[k] = v

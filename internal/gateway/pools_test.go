@@ -90,12 +90,15 @@ func (e *envEngine) Stream(_ context.Context, r exec.Request, _ func(exec.Chunk)
 	return &exec.Result{Outcome: exec.OutcomeExited}, nil
 }
 
-// A sandbox that adopted a warm member gets its spec.env through every exec (its pod was made before the claim);
-// the request's env wins on a name. A sandbox with its own pod has spec.env in the pod already.
+// A sandbox that adopted a warm member gets its spec.env through every exec (its pod was made before the claim),
+// less Airlock's reserved names; the request's env wins on a name. A sandbox with its own pod has spec.env in the
+// pod already.
 func TestExecBindsTheClaimsEnvLate(t *testing.T) {
 	sb := func(name string, result airlockv1.PoolClaimResult) *airlockv1.Sandbox {
 		s := &airlockv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "t1"},
-			Spec:   airlockv1.SandboxSpec{Env: []airlockv1.EnvVar{{Name: "TASK", Value: "42"}, {Name: "MODE", Value: "spec"}}},
+			// AIRLOCK_NODE_IP: a Sandbox made before the CRD refused Airlock's names; it must not reach a command.
+			Spec: airlockv1.SandboxSpec{Env: []airlockv1.EnvVar{{Name: "TASK", Value: "42"}, {Name: "MODE", Value: "spec"},
+				{Name: "AIRLOCK_NODE_IP", Value: "127.0.0.1"}}},
 			Status: airlockv1.SandboxStatus{Phase: airlockv1.PhaseReady, PodName: name + "-pod"}}
 		if result != "" {
 			s.Status.Pool = &airlockv1.PoolClaimStatus{Name: "p", Result: result}

@@ -14,6 +14,7 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/allowlist"
+	"airlock.dev/airlock/internal/sandbox"
 )
 
 // CreateRequest is the body of POST /v1/sandboxes. Every field is optional: clients that send only
@@ -182,7 +183,12 @@ func (c *CreateRequest) validate() *Error {
 	if _, err := allowlist.Parse(c.Allow); err != nil {
 		return badField("allow", "%v", err)
 	}
-	if e := validateEnv("env", c.Env); e != nil {
+	// The create's env is the pod's (or, claimed warm from a pool, bound late to every command, but a cold start
+	// puts it in the pod), so the pod's reserved names apply; secrets reach each command only.
+	if e := validateEnv("env", c.Env, sandbox.CheckPodEnvName); e != nil {
+		return e
+	}
+	if e := checkEnvNames("secrets", c.Secrets, sandbox.CheckCommandEnvName); e != nil {
 		return e
 	}
 	if len(c.Metadata) > maxMetadata {
@@ -199,7 +205,9 @@ func (c *CreateRequest) validate() *Error {
 	return nil
 }
 
-func validateEnv(field string, env map[string]string) *Error {
+// validateEnv checks an env's size, names and values; reserved says which names Airlock keeps for itself there
+// (sandbox.CheckPodEnvName or CheckCommandEnvName).
+func validateEnv(field string, env map[string]string, reserved func(string) error) *Error {
 	if len(env) > maxEnv {
 		return badField(field, "at most %d variables", maxEnv)
 	}
@@ -209,6 +217,16 @@ func validateEnv(field string, env map[string]string) *Error {
 		}
 		if len(v) > maxEnvValue || strings.ContainsRune(v, 0) {
 			return badField(field, "value of %s: at most %d bytes, no NUL", k, maxEnvValue)
+		}
+	}
+	return checkEnvNames(field, env, reserved)
+}
+
+// checkEnvNames refuses the first reserved name of env, in name order so that the answer does not vary.
+func checkEnvNames(field string, env map[string]string, reserved func(string) error) *Error {
+	for _, k := range sortedKeys(env) {
+		if err := reserved(k); err != nil {
+			return badField(field, "%v", err)
 		}
 	}
 	return nil
@@ -252,7 +270,8 @@ func (x *ExecRequest) validate(maxTimeoutMS int64) *Error {
 	if len(x.Cwd) > maxPathLen || strings.ContainsRune(x.Cwd, 0) {
 		return badField("cwd", "too long or contains a NUL byte")
 	}
-	if e := validateEnv("env", x.Env); e != nil {
+	// One command's env reaches that command alone: only Airlock's own names are reserved.
+	if e := validateEnv("env", x.Env, sandbox.CheckCommandEnvName); e != nil {
 		return e
 	}
 	if e := x.checkURLSize(); e != nil {
