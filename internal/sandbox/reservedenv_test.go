@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"sigs.k8s.io/yaml"
+
+	"airlock.dev/airlock/internal/runwrap"
 )
 
 // reservedEnvTable is every name the rules name, and names next to them that must stay allowed.
@@ -103,4 +105,17 @@ func envNameValidator(t *testing.T, path string) *cel.Validator {
 		t.Fatalf("%s: spec.env[].name has no CEL rule", path)
 	}
 	return v
+}
+
+// Every variable airlock-init reads from its environment is reserved, and the pod sets the ones it means to
+// under the names airlock-init reads.
+func TestAirlockInitReadsOnlyReservedNames(t *testing.T) {
+	for _, name := range []string{runwrap.SocketEnv, runwrap.MemoryGuardEnv, runwrap.ProcessLimitEnv} {
+		if CheckCommandEnvName(name) == nil {
+			t.Errorf("airlock-init reads %s, which a command's env may set", name)
+		}
+	}
+	if MemoryGuardEnv != runwrap.MemoryGuardEnv || ProcessLimitEnv != runwrap.ProcessLimitEnv {
+		t.Errorf("the pod sets %s and %s, airlock-init reads %s and %s", MemoryGuardEnv, ProcessLimitEnv, runwrap.MemoryGuardEnv, runwrap.ProcessLimitEnv)
+	}
 }

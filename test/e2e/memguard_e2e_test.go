@@ -8,7 +8,6 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	airlockexec "airlock.dev/airlock/internal/exec"
-	"airlock.dev/airlock/internal/runwrap"
 )
 
 // usageScript prints the sandbox's memory as PID 1's guard reads it (the cgroup if it has a limit, else
@@ -38,26 +37,27 @@ while len(sys.argv) > 1:
 // TestSupervisorMemoryGuard: a command that allocates without bound is killed by PID 1's memory guard with
 // outcome oom before the host's OOM killer takes the sandbox; the sandbox stays Ready, keeps its files, and
 // the next command works, under gVisor and runc. "runc-kernel" has the guard off: the kernel OOM-kills the
-// command inside the container's cgroup, which is still reported oom. AIRLOCK_E2E_MEMORY_GUARD=off runs the
-// test with the guard disabled in every sandbox (runwrap.MemoryGuardEnv); it then fails under gVisor (shown
-// once): the pod is OOMKilled and the Sandbox Failed.
+// command inside the container's cgroup, which is still reported oom. The guard is the manager's setting for
+// the pods it creates (--memory-guard; a sandbox's env cannot set AIRLOCK_MEMORY_GUARD), so each sandbox is made
+// under a manager started with its own. AIRLOCK_E2E_MEMORY_GUARD=off runs the test with the guard disabled in
+// every sandbox; it then fails under gVisor (shown once): the pod is OOMKilled and the Sandbox Failed.
 func TestSupervisorMemoryGuard(t *testing.T) {
-	restartManager(t, "--allow-unisolated-runtimes") // runc is refused by default
-	for name, tpl := range map[string]string{"gvisor": "python-node", "runc": "python-node-runc", "runc-kernel": "python-node-runc"} {
-		guard := os.Getenv("AIRLOCK_E2E_MEMORY_GUARD")
-		if name == "runc-kernel" {
-			guard = "off"
-		}
+	guard := os.Getenv("AIRLOCK_E2E_MEMORY_GUARD")
+	cases := []struct{ name, tpl, guard string }{
+		{"gvisor", "python-node", guard}, {"runc", "python-node-runc", guard}, {"runc-kernel", "python-node-runc", "off"},
+	}
+	tenants := map[string]string{}
+	for _, tc := range cases {
+		restartManager(t, managerFlags(tc.guard)...) // runc is refused by default
+		ns := newTenant(t)
+		createSandbox(t, ns, "mem", withTemplate(tc.tpl), func(s *airlockv1.Sandbox) { s.Spec.Size = airlockv1.SizeSmall })
+		waitReady(t, ns, "mem")
+		tenants[tc.name] = ns
+	}
+	for _, tc := range cases {
+		name, ns := tc.name, tenants[tc.name]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ns := newTenant(t)
-			createSandbox(t, ns, "mem", withTemplate(tpl), func(s *airlockv1.Sandbox) {
-				s.Spec.Size = airlockv1.SizeSmall
-				if guard != "" {
-					s.Spec.Env = append(s.Spec.Env, airlockv1.EnvVar{Name: runwrap.MemoryGuardEnv, Value: guard})
-				}
-			})
-			waitReady(t, ns, "mem")
 			r := sh(t, ns, "mem", "echo kept > $HOME/state; python3 -c '"+usageScript+"'; cd /sys/fs/cgroup/memory && "+
 				"grep -H . memory.limit_in_bytes memory.usage_in_bytes; head -2 /proc/meminfo", 20*time.Second)
 			t.Logf("%s idle: %s", name, strings.TrimSpace(r.Stdout))
@@ -98,14 +98,11 @@ func TestSupervisorMemoryGuard(t *testing.T) {
 // killer ends the sandbox (gVisor) or the kernel kills the command (runc): limit minus that is the headroom the
 // guard needs. It ends a sandbox, so it is a measurement for `make bench-e2e`, not part of `make test`.
 func BenchmarkMemoryHeadroom(b *testing.B) {
-	restartManager(b, "--allow-unisolated-runtimes")
+	restartManager(b, managerFlags("off")...)
 	for name, tpl := range map[string]string{"gvisor": "python-node", "runc": "python-node-runc"} {
 		b.Run(name, func(b *testing.B) {
 			ns := newTenant(b)
-			createSandbox(b, ns, "mem", withTemplate(tpl), func(s *airlockv1.Sandbox) {
-				s.Spec.Size = airlockv1.SizeSmall
-				s.Spec.Env = append(s.Spec.Env, airlockv1.EnvVar{Name: runwrap.MemoryGuardEnv, Value: "off"})
-			})
+			createSandbox(b, ns, "mem", withTemplate(tpl), func(s *airlockv1.Sandbox) { s.Spec.Size = airlockv1.SizeSmall })
 			waitReady(b, ns, "mem")
 			for _, step := range []string{"4", "16", "64"} {
 				res := sh(b, ns, "mem", "python3 -c '"+usageScript+"' "+step, 60*time.Second)
@@ -119,4 +116,14 @@ func BenchmarkMemoryHeadroom(b *testing.B) {
 			}
 		})
 	}
+}
+
+// managerFlags are the memory tests' manager flags: runc allowed, and PID 1's memory guard in the pods it
+// creates (empty: airlock-init's default).
+func managerFlags(guard string) []string {
+	flags := []string{"--allow-unisolated-runtimes"}
+	if guard != "" {
+		flags = append(flags, "--memory-guard="+guard)
+	}
+	return flags
 }
