@@ -8,8 +8,9 @@ import (
 )
 
 // MemoryGuardEnv configures PID 1's memory guard: "off", or the headroom in
-// MiB (a decimal integer). It is read from PID 1's environment, so a
-// Sandbox's env can tune it for that sandbox alone.
+// MiB (a decimal integer). It is read from PID 1's environment, where the
+// manager puts its --memory-guard; a sandbox's env cannot set it (AIRLOCK_
+// names are reserved: sandbox.CheckPodEnvName).
 const MemoryGuardEnv = "AIRLOCK_MEMORY_GUARD"
 
 // DefaultMemoryHeadroom is how far below the sandbox's memory limit the guard
