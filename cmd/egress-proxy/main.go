@@ -42,7 +42,7 @@ type flags struct {
 	listen, metricsListen                string
 	blocked, permitted, hosts            string
 	systemResolver, devLogs              bool
-	maxConns                             int
+	maxConns, maxPerSandbox              int
 	dialTimeout, tunnelIdle, shutdownMax time.Duration
 }
 
@@ -55,13 +55,27 @@ func parseFlags() flags {
 	fs.StringVar(&f.permitted, "permitted-cidrs", "", "comma-separated CIDRs connected to although blocked, e.g. an internal package mirror (allowlists still apply)")
 	fs.StringVar(&f.hosts, "hosts", "", "comma-separated name=IP pairs resolved without DNS, e.g. pypi.mirror.internal=203.0.113.20")
 	fs.BoolVar(&f.systemResolver, "system-resolver", true, "resolve names not in --hosts with the system resolver; false resolves only --hosts")
-	fs.IntVar(&f.maxConns, "max-connections-per-sandbox", 64, "open connections one sandbox may have to the proxy; more are answered 429")
+	fs.IntVar(&f.maxPerSandbox, "max-connections-per-sandbox", 64, "open connections one sandbox may have to the proxy; more are answered 429")
+	fs.IntVar(&f.maxConns, "max-connections", egressproxy.DefaultMaxConnections, fmt.Sprintf(
+		"open connections the proxy serves from all sandboxes together; more are answered 503, and at the maximum a new "+
+			"connection displaces one that has sent no request yet. Each may hold up to %d KiB of memory, so the default "+
+			"fits a 256 MiB memory limit (docs/network.md)", egressproxy.ConnectionCost>>10))
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", 10*time.Second, "how long connecting to a destination may take")
 	fs.DurationVar(&f.tunnelIdle, "tunnel-idle-timeout", 5*time.Minute, "a tunnel that moves no byte for this long is closed")
 	fs.DurationVar(&f.shutdownMax, "shutdown-grace", 5*time.Second, "on SIGTERM, how long plain HTTP requests may finish before every connection left (tunnels included) is reset")
 	fs.BoolVar(&f.devLogs, "dev-logs", false, "human-readable logs instead of JSON")
 	flag.Parse()
 	return f
+}
+
+func (f flags) validate() error {
+	if f.maxConns < 1 {
+		return fmt.Errorf("--max-connections must be at least 1, got %d", f.maxConns)
+	}
+	if f.maxPerSandbox < 1 {
+		return fmt.Errorf("--max-connections-per-sandbox must be at least 1, got %d", f.maxPerSandbox)
+	}
+	return nil
 }
 
 func main() {
@@ -78,6 +92,10 @@ func main() {
 }
 
 func run(ctx context.Context, f flags, log logr.Logger) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	setMemoryLimit(f.maxConns, log)
 	guard, resolver, err := destinations(f)
 	if err != nil {
 		return err
@@ -145,10 +163,11 @@ func run(ctx context.Context, f flags, log logr.Logger) error {
 		return err
 	}
 	srv := egressproxy.NewServer(proxy)
-	limited := &egressproxy.LimitListener{Listener: l, Max: f.maxConns, OnLimit: func(netip.Addr) { metrics.Limited() }}
+	limited := egressproxy.NewLimitListener(l, egressproxy.Limits{PerSource: f.maxPerSandbox, Total: f.maxConns}, metrics)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(limited) }()
-	log.Info("serving", "listen", f.listen, "maxConnectionsPerSandbox", f.maxConns, "systemResolver", f.systemResolver)
+	log.Info("serving", "listen", f.listen, "maxConnections", f.maxConns, "maxConnectionsPerSandbox", f.maxPerSandbox,
+		"connectionMemoryBoundMiB", egressproxy.MemoryBound(f.maxConns)>>20, "systemResolver", f.systemResolver)
 	select {
 	case err := <-served:
 		return err

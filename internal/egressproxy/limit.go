@@ -1,30 +1,58 @@
 package egressproxy
 
 import (
-	"bufio"
+	"container/list"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"sync"
-	"time"
 )
 
-// LimitListener caps the open connections from each source address (one sandbox pod each). A connection over
-// the cap is answered 429 and closed without being served, so a sandbox cannot exhaust the proxy's memory or
-// file descriptors, nor the connections of other sandboxes.
-type LimitListener struct {
-	net.Listener
-	Max int
-	// OnLimit is told of each refused connection (metrics).
-	OnLimit func(src netip.Addr)
-
-	mu    sync.Mutex
-	open  map[netip.Addr]int
-	conns map[*limitedConn]struct{}
+// Limits are the connection caps a LimitListener enforces.
+type Limits struct {
+	// PerSource caps the open connections from one source address (one sandbox pod): more are answered 429.
+	PerSource int
+	// Total caps the open connections from all sources together, which bounds the proxy's memory
+	// (Total × ConnectionCost), goroutines and file descriptors: more are answered 503.
+	Total int
 }
 
-// Accept returns the next connection under the cap; refused ones are answered in the background.
+// LimitListener serves at most Limits.Total connections at once, at most Limits.PerSource of them from one
+// source, so no sandbox, nor all of them together, can exhaust the proxy's memory, goroutines or file
+// descriptors. At the total cap a new connection displaces the connection that has waited longest without
+// sending a request, from a source holding at least as many connections as the newcomer's would: a flood of
+// idle connections cannot lock a sandbox out, while connections carrying a request or a tunnel are never
+// displaced. A connection over a cap is refused by a fixed pool of goroutines (refuse.go), or reset.
+//
+// Serve it with NewServer, which tells it which connections are carrying a request.
+type LimitListener struct {
+	net.Listener
+	limits  Limits
+	metrics *Metrics // nil: not counted
+
+	refuser  *refuser
+	stopOnce sync.Once
+
+	mu      sync.Mutex
+	sources map[netip.Addr]*source
+	conns   map[*limitedConn]struct{}
+	seq     uint64 // orders waiting connections across sources
+}
+
+// source is what one source address holds: its open connections, and those waiting for a request, oldest first.
+type source struct {
+	open    int
+	waiting list.List // of *limitedConn
+}
+
+// NewLimitListener serves l's connections within limits, counting refusals and displacements in m (may be nil).
+func NewLimitListener(l net.Listener, limits Limits, m *Metrics) *LimitListener {
+	return &LimitListener{Listener: l, limits: limits, metrics: m, refuser: startRefuser(),
+		sources: map[netip.Addr]*source{}, conns: map[*limitedConn]struct{}{}}
+}
+
+// Accept returns the next connection within the caps; refused ones are answered by the refusers.
 func (l *LimitListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -32,14 +60,35 @@ func (l *LimitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		src := sourceAddr(c)
-		if lc := l.admit(c, src); lc != nil {
+		lc, victim, refused := l.admit(c, src)
+		if victim != nil {
+			reset(victim.Conn)
+			l.metrics.displacedOne()
+		}
+		if lc != nil {
 			return lc, nil
 		}
-		if l.OnLimit != nil {
-			l.OnLimit(src)
-		}
-		go refuseOverLimit(c, l.Max)
+		l.refuse(c, refused)
 	}
+}
+
+func (l *LimitListener) refuse(c net.Conn, why refusalCause) {
+	switch why {
+	case overSourceCap:
+		l.metrics.limitedPerSource()
+		l.refuser.refuse(c, http.StatusTooManyRequests,
+			fmt.Sprintf("too many connections from this sandbox (limit %d)", l.limits.PerSource))
+	default:
+		l.metrics.limitedTotal()
+		l.refuser.refuse(c, http.StatusServiceUnavailable,
+			fmt.Sprintf("the proxy is serving its maximum of %d connections; retry shortly", l.limits.Total))
+	}
+}
+
+// Close stops accepting and stops the refusers.
+func (l *LimitListener) Close() error {
+	l.stopOnce.Do(l.refuser.stop)
+	return l.Listener.Close()
 }
 
 func sourceAddr(c net.Conn) netip.Addr {
@@ -49,30 +98,93 @@ func sourceAddr(c net.Conn) netip.Addr {
 	return netip.Addr{}
 }
 
-// admit counts c against its source's cap and tracks it, or returns nil when the source is at the cap.
-func (l *LimitListener) admit(c net.Conn, src netip.Addr) *limitedConn {
+type refusalCause int
+
+const (
+	overSourceCap refusalCause = iota
+	overTotalCap
+)
+
+// admit counts c against the caps and tracks it, displacing a waiting connection at the total cap when one
+// may be (the caller resets victim). lc is nil when c is refused, for the reason given.
+func (l *LimitListener) admit(c net.Conn, src netip.Addr) (lc, victim *limitedConn, refused refusalCause) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.open == nil {
-		l.open, l.conns = map[netip.Addr]int{}, map[*limitedConn]struct{}{}
+	s := l.sources[src]
+	if s == nil {
+		s = &source{}
+		l.sources[src] = s
 	}
-	if l.open[src] >= l.Max {
-		return nil
+	if s.open >= l.limits.PerSource {
+		l.forgetIfEmpty(src, s)
+		return nil, nil, overSourceCap
 	}
-	l.open[src]++
-	lc := &limitedConn{Conn: c}
-	lc.release = sync.OnceFunc(func() { l.release(lc, src) })
+	if len(l.conns) >= l.limits.Total {
+		if victim = l.longestWaiting(s.open + 1); victim == nil {
+			l.forgetIfEmpty(src, s)
+			return nil, nil, overTotalCap
+		}
+		l.releaseLocked(victim)
+	}
+	s.open++
+	lc = &limitedConn{Conn: c, l: l, src: src}
+	l.pushWaitingLocked(lc)
 	l.conns[lc] = struct{}{}
-	return lc
+	l.metrics.setOpen(len(l.conns))
+	return lc, victim, 0
 }
 
-func (l *LimitListener) release(lc *limitedConn, src netip.Addr) {
+// longestWaiting is the connection that has waited longest for a request among sources holding at least
+// holding connections, or nil.
+func (l *LimitListener) longestWaiting(holding int) *limitedConn {
+	var oldest *limitedConn
+	for _, s := range l.sources {
+		if s.open < holding || s.waiting.Len() == 0 {
+			continue
+		}
+		c := s.waiting.Front().Value.(*limitedConn)
+		if oldest == nil || c.waitSeq < oldest.waitSeq {
+			oldest = c
+		}
+	}
+	return oldest
+}
+
+// pushWaitingLocked makes lc displaceable, as its source's newest waiting connection.
+func (l *LimitListener) pushWaitingLocked(lc *limitedConn) {
+	l.seq++
+	lc.waitSeq = l.seq
+	lc.waitingAt = l.sources[lc.src].waiting.PushBack(lc)
+}
+
+func (l *LimitListener) forgetIfEmpty(src netip.Addr, s *source) {
+	if s.open == 0 {
+		delete(l.sources, src)
+	}
+}
+
+// releaseLocked gives lc's slot back, once.
+func (l *LimitListener) releaseLocked(lc *limitedConn) {
+	if lc.released {
+		return
+	}
+	lc.released = true
+	s := l.sources[lc.src]
+	if lc.waitingAt != nil {
+		s.waiting.Remove(lc.waitingAt)
+		lc.waitingAt = nil
+	}
+	s.open--
+	l.forgetIfEmpty(lc.src, s)
+	delete(l.conns, lc)
+	l.metrics.setOpen(len(l.conns))
+}
+
+// Open is the number of connections being served.
+func (l *LimitListener) Open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.conns, lc)
-	if l.open[src]--; l.open[src] <= 0 {
-		delete(l.open, src)
-	}
+	return len(l.conns)
 }
 
 // Abort resets every connection still open (tunnels and requests alike): a reset reaches the client at once,
@@ -86,52 +198,57 @@ func (l *LimitListener) Abort() {
 	}
 	l.mu.Unlock()
 	for _, c := range conns {
-		if tcp, ok := c.Conn.(*net.TCPConn); ok {
-			_ = tcp.SetLinger(0)
-		}
-		_ = c.Close()
+		c.release()
+		reset(c.Conn)
 	}
 }
 
-// refuseOverLimit reads the request line and headers (briefly, bounded) so the client gets the 429 rather than
-// a reset, then closes.
-func refuseOverLimit(c net.Conn, limit int) {
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := http.ReadRequest(bufio.NewReaderSize(&boundedReader{r: c, n: 64 << 10}, 4096)); err != nil {
-		return
-	}
-	phrase := fmt.Sprintf("airlock egress proxy: too many connections from this sandbox (limit %d)", limit)
-	fmt.Fprintf(c, "HTTP/1.1 429 %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
-		phrase, len(phrase)+1, phrase)
-}
-
-type boundedReader struct {
-	r net.Conn
-	n int
-}
-
-func (b *boundedReader) Read(p []byte) (int, error) {
-	if b.n <= 0 {
-		return 0, fmt.Errorf("request header too large")
-	}
-	if len(p) > b.n {
-		p = p[:b.n]
-	}
-	n, err := b.r.Read(p)
-	b.n -= n
-	return n, err
-}
-
-// limitedConn gives its slot back when closed, once.
+// limitedConn is a served connection: it gives its slot back when closed, once, and is displaceable while it
+// waits for a request.
 type limitedConn struct {
 	net.Conn
-	release func()
+	l   *LimitListener
+	src netip.Addr
+
+	// Guarded by l.mu.
+	released  bool
+	waitingAt *list.Element // in its source's waiting list; nil while it carries a request
+	waitSeq   uint64        // when it began waiting, for the oldest across sources
 }
 
 func (c *limitedConn) Close() error {
 	c.release()
 	return c.Conn.Close()
+}
+
+func (c *limitedConn) release() {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	c.l.releaseLocked(c)
+}
+
+// busy marks c as carrying a request (no longer displaceable); false if c was displaced already.
+func (c *limitedConn) busy() bool {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if c.released {
+		return false
+	}
+	if c.waitingAt != nil {
+		c.l.sources[c.src].waiting.Remove(c.waitingAt)
+		c.waitingAt = nil
+	}
+	return true
+}
+
+// waiting marks c as waiting for its next request (keep-alive), displaceable again.
+func (c *limitedConn) waiting() {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if c.released || c.waitingAt != nil {
+		return
+	}
+	c.l.pushWaitingLocked(c)
 }
 
 // CloseWrite half-closes a TCP connection, for the end of a tunnel's upload.

@@ -34,8 +34,8 @@ type Recorder interface {
 	Record(c Client, allowed bool, target, detail string)
 }
 
-// Proxy is the egress proxy's HTTP handler. Serve it with Listen's listener, which enforces the per-sandbox
-// connection limit.
+// Proxy is the egress proxy's HTTP handler. Serve it with NewServer on a LimitListener, which enforces the
+// connection limits.
 type Proxy struct {
 	Directory Directory
 	Dialer    *Dialer
@@ -49,11 +49,8 @@ type Proxy struct {
 	once      sync.Once
 }
 
-// copyBuffers bound the memory each connection uses, whatever is downloaded through it.
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-// maxResponseHeaderBytes bounds what an upstream server's headers may cost.
-const maxResponseHeaderBytes = 64 << 10
+// copyBuffers bound the memory each connection uses, whatever is downloaded through it (cost.go).
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferBytes); return &b }}
 
 func (p *Proxy) init() {
 	p.once.Do(func() {
@@ -69,7 +66,7 @@ func (p *Proxy) init() {
 			},
 			DisableKeepAlives:      true, // each request dials anew, so each is checked and counted
 			DisableCompression:     true, // pass bodies through as they are
-			MaxResponseHeaderBytes: maxResponseHeaderBytes,
+			MaxResponseHeaderBytes: maxResponseHeadBytes,
 			ResponseHeaderTimeout:  time.Minute,
 		}
 	})
@@ -339,9 +336,4 @@ func closeWrite(c net.Conn) {
 		return
 	}
 	_ = c.Close()
-}
-
-// NewServer serves h with the limits that bound what a client may cost before it says what it wants.
-func NewServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 2 * time.Minute}
 }

@@ -75,8 +75,14 @@ type fixture struct {
 	resolver  Resolver
 }
 
-// newFixture starts the upstreams, a private listener on the upstream's port at 127.0.0.3 and the proxy.
+// newFixture starts the upstreams, a private listener on the upstream's port at 127.0.0.3 and the proxy, with
+// maxConns per source and the default total cap.
 func newFixture(t *testing.T, maxConns int, resolver func(port int) Resolver) *fixture {
+	t.Helper()
+	return newFixtureWithLimits(t, Limits{PerSource: maxConns, Total: DefaultMaxConnections}, resolver)
+}
+
+func newFixtureWithLimits(t *testing.T, limits Limits, resolver func(port int) Resolver) *fixture {
 	t.Helper()
 	f := &fixture{privHits: &atomic.Int64{}, recorder: &memRecorder{}}
 	mux := http.NewServeMux()
@@ -153,7 +159,7 @@ func newFixture(t *testing.T, maxConns int, resolver func(port int) Resolver) *f
 		t.Fatal(err)
 	}
 	f.server = NewServer(f.proxy)
-	f.listener = &LimitListener{Listener: l, Max: maxConns, OnLimit: func(netip.Addr) { f.metrics.Limited() }}
+	f.listener = NewLimitListener(l, limits, f.metrics)
 	go func() { _ = f.server.Serve(f.listener) }()
 	t.Cleanup(func() { _ = f.server.Close(); f.listener.Abort() })
 	f.proxyURL = &url.URL{Scheme: "http", Host: l.Addr().String()}
