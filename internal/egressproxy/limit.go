@@ -31,8 +31,7 @@ type LimitListener struct {
 	limits  Limits
 	metrics *Metrics // nil: not counted
 
-	refuser  *refuser
-	stopOnce sync.Once
+	refuser *refuser
 
 	mu      sync.Mutex
 	sources map[netip.Addr]*source
@@ -87,7 +86,7 @@ func (l *LimitListener) refuse(c net.Conn, why refusalCause) {
 
 // Close stops accepting and stops the refusers.
 func (l *LimitListener) Close() error {
-	l.stopOnce.Do(l.refuser.stop)
+	l.refuser.stop()
 	return l.Listener.Close()
 }
 

@@ -1,0 +1,5 @@
+//go:build !race
+
+package egressproxy
+
+const raceEnabled = false
