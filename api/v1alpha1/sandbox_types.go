@@ -172,6 +172,12 @@ type SandboxStatus struct {
 	// +optional
 	IsolationEvidence *IsolationEvidence `json:"isolationEvidence,omitempty"`
 
+	// SupervisorKey is the session key the pod's PID 1 attested before any command could run
+	// ("ed25519:" + base64): the gateway accepts commands' results and every other answer from the sandbox
+	// only over a session with this key's holder (docs/security.md).
+	// +optional
+	SupervisorKey string `json:"supervisorKey,omitempty"`
+
 	// Image is the image the pod was created with.
 	// +optional
 	Image string `json:"image,omitempty"`
@@ -252,10 +258,14 @@ type IsolationEvidence struct {
 	// NodeKernel is the kernel of the pod's node (status.nodeInfo.kernelVersion).
 	// +optional
 	NodeKernel string `json:"nodeKernel,omitempty"`
-	// GateTarget is the address the network gate found blocked: one known to listen (the node's kubelet
-	// port, from the Node's status, unless the operator set --gate-target).
+	// GateTarget is the address the network gate found blocked, as PID 1 attested it: one known to listen
+	// (the node's kubelet port, from the Node's status, unless the operator set --gate-target).
 	// +optional
 	GateTarget string `json:"gateTarget,omitempty"`
+	// Gate is how PID 1 saw GateTarget blocked: refused (a reject), timeout (a drop) or prohibited (an ICMP
+	// admin-prohibited reject).
+	// +optional
+	Gate string `json:"gate,omitempty"`
 	// ProxyTarget is the egress proxy address the gate reached once GateTarget was blocked: the positive
 	// control of a Restricted sandbox with an allowlist, whose policy allows only the proxy.
 	// +optional

@@ -4,9 +4,8 @@
 //	pid1    (sandbox container) prove the runtime's and the network's isolation (the gate), then open the
 //	        readiness port, stay alive, reap orphans, supervise every command, and kill the largest command
 //	        before the sandbox runs out of memory (env AIRLOCK_MEMORY_GUARD: headroom in MiB, or off)
-//	exec    (each exec) hand the request on stdin to pid1, which runs the command and writes its output
-//	status  (after a lost exec) read a run's outcome back from pid1
-//	ctl     list background processes, read their output, write their stdin, signal or kill them
+//	connect (the gateway's exec) hand the exec's stdin and stdout to pid1, which speaks an authenticated
+//	        session on them (TLS pinned to the key it attested): every command, status and control call
 package main
 
 import (
@@ -24,9 +23,8 @@ Commands:
           network policy is in effect (the gate: pid1 --help), then open the readiness port
           (--ready-port), reap orphans and supervise every command; its memory guard kills the largest command above the memory limit minus
           AIRLOCK_MEMORY_GUARD MiB (default 160; off disables it)
-  exec    run one command through pid1; the request is a frame on stdin, never in argv
-  status  print the outcome of a run (request frame on stdin)
-  ctl     list, read output of, write stdin to, signal or kill runs (request frame on stdin)
+  connect hand this exec's stdin and stdout to pid1 for a session with the gateway (TLS, pinned to the key
+          pid1 attested in its log); commands, their output and outcomes, and control calls travel inside it
 `
 
 func main() {
@@ -42,10 +40,8 @@ func main() {
 	switch os.Args[1] {
 	case "pid1":
 		os.Exit(initproc.PID1(args, os.Stderr))
-	case "exec":
-		os.Exit(runwrap.ExecMain(args))
-	case "status", "ctl":
-		os.Exit(runwrap.ControlMain(os.Args[1], args))
+	case "connect":
+		os.Exit(runwrap.ConnectMain(args))
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	default:

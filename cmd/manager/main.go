@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -140,16 +141,21 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("clientset: %w", err)
+	}
 	r := &controller.SandboxReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Scheme:    scheme,
-		Recorder:  mgr.GetEventRecorder("airlock-manager"),
-		Clock:     clock.RealClock{},
-		Defaults:  defaults,
-		Pod:       podOpts,
-		Metrics:   m,
-		Workers:   workers,
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		Scheme:       scheme,
+		Recorder:     mgr.GetEventRecorder("airlock-manager"),
+		Clock:        clock.RealClock{},
+		Defaults:     defaults,
+		Pod:          podOpts,
+		Metrics:      m,
+		Workers:      workers,
+		Attestations: &controller.Attestations{Logs: controller.ClusterLogs{Clientset: cs}},
 	}
 	if *egressProxy != "" {
 		ns, name, ok := strings.Cut(*egressProxy, "/")

@@ -19,10 +19,10 @@ func setupPools(mgr ctrl.Manager, r *controller.SandboxReconciler) error {
 		return fmt.Errorf("registering pool metrics: %w", err)
 	}
 	r.Pools = &controller.PoolClaimer{Client: r.Client, APIReader: r.APIReader, Scheme: r.Scheme,
-		Defaults: r.Defaults, Pod: r.Pod, Metrics: m}
+		Defaults: r.Defaults, Pod: r.Pod, Metrics: m, Attestations: r.Attestations}
 	p := &controller.PoolReconciler{Client: r.Client, APIReader: r.APIReader, Scheme: r.Scheme,
 		Recorder: mgr.GetEventRecorder("airlock-manager"), Clock: clock.RealClock{}, Defaults: r.Defaults, Pod: r.Pod,
-		EgressProxy: r.EgressProxy}
+		EgressProxy: r.EgressProxy, Attestations: r.Attestations}
 	if err := p.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up pool controller: %w", err)
 	}

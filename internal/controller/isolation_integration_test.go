@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/attestation"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -50,7 +51,41 @@ func TestIntegrationUnisolatedAllowedSaysNone(t *testing.T) {
 		g.Expect(s.Status.Isolation).To(Equal(airlockv1.IsolationNone))
 		g.Expect(s.Status.RuntimeHandler).To(Equal("runc"))
 		g.Expect(s.Status.IsolationEvidence).To(Equal(&airlockv1.IsolationEvidence{Proven: airlockv1.IsolationNone, NodeKernel: envNodeKernel,
-			GateTarget: "10.123.0.1:10250"}))
+			GateTarget: "10.123.0.1:10250", Gate: "refused"}))
+	}).WithTimeout(waitLong).Should(Succeed())
+}
+
+// The gateway talks only to the key PID 1 attested, and the gate counts only for the target PID 1 attests it
+// probed: a Ready sandbox records the key; one whose PID 1 probed its own loopback (what a tenant's
+// AIRLOCK_NODE_IP=127.0.0.1 did before the env was reserved: the pod's flags look right) never becomes Ready or
+// gets a key. Fails with the attested target unchecked in buildEvidence (checked once).
+func TestIntegrationAttestationIsChecked(t *testing.T) {
+	_, c := startEnv(t)
+	startManager(t, managerOptions{attest: func(pod *corev1.Pod, st *attestation.Statement) {
+		if pod.Labels[sandbox.LabelName] == "fooled" {
+			st.GateTarget = "127.0.0.1:10250"
+		}
+	}})
+	ctx, g := context.Background(), NewWithT(t)
+	ns := newNamespace(t, c)
+	for _, name := range []string{"honest", "fooled"} {
+		g.Expect(c.Create(ctx, makeSandbox(ns, name).image("busybox").obj())).To(Succeed())
+		pod, _ := getPodAndPolicy(t, c, ns, name)
+		markPodRunning(t, c, pod, 0)
+	}
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "honest")
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("True/" + ReasonReady))
+		g.Expect(s.Status.SupervisorKey).To(Equal(testKey))
+		g.Expect(s.Status.IsolationEvidence.Gate).To(Equal("refused"))
+	}).WithTimeout(waitLong).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "fooled")
+		g.Expect(condition(s, airlockv1.ConditionNetworkIsolated)).To(Equal("False/" + ReasonGateUnproven))
+		g.Expect(meta.FindStatusCondition(s.Status.Conditions, airlockv1.ConditionNetworkIsolated).Message).To(
+			ContainSubstring("PID 1's gate probed 127.0.0.1:10250"))
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(HavePrefix("False/"))
+		g.Expect(s.Status.SupervisorKey).To(BeEmpty())
 	}).WithTimeout(waitLong).Should(Succeed())
 }
 

@@ -61,6 +61,8 @@ type PoolReconciler struct {
 	Pod       sandbox.PodOptions
 	// EgressProxy finds the egress proxy for members with an allowlist; nil when none is installed.
 	EgressProxy *ProxyLocator
+	// Attestations reads what members' PID 1 attested (shared with the Sandbox reconciler, which claims them).
+	Attestations *Attestations
 
 	// created are the members this process created that the cache has not shown yet (creations.go).
 	created creations

@@ -46,15 +46,17 @@ func startPoolManager(t *testing.T) {
 		t.Fatalf("pool metrics: %v", err)
 	}
 	defaults, pod := sandbox.DefaultDefaults(), sandbox.DefaultPodOptions("localhost/airlock/init:test")
+	att := &Attestations{Logs: attestingLogs{c: mgr.GetAPIReader()}}
 	r := &SandboxReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme,
 		Recorder: mgr.GetEventRecorder("airlock-manager"), Clock: clock.RealClock{}, Defaults: defaults, Pod: pod,
-		Metrics: m, Workers: 8,
-		Pools: &PoolClaimer{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme, Defaults: defaults, Pod: pod, Metrics: pm}}
+		Metrics: m, Workers: 8, Attestations: att,
+		Pools: &PoolClaimer{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme, Defaults: defaults, Pod: pod, Metrics: pm,
+			Attestations: att}}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up sandbox controller: %v", err)
 	}
 	p := &PoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme,
-		Recorder: mgr.GetEventRecorder("airlock-manager"), Clock: clock.RealClock{}, Defaults: defaults, Pod: pod}
+		Recorder: mgr.GetEventRecorder("airlock-manager"), Clock: clock.RealClock{}, Defaults: defaults, Pod: pod, Attestations: att}
 	if err := p.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up pool controller: %v", err)
 	}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -8,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
+	"airlock.dev/airlock/internal/attestation"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -51,6 +53,8 @@ type memberWant struct {
 	// startDeadline, when set, is the creation time before which a member that is still not ready is given up
 	// (a start stuck in the runtime, a pod that cannot be scheduled): the pool replaces it.
 	startDeadline time.Time
+	// attested returns what a running member's PID 1 attested (Attestations.Of).
+	attested func(*corev1.Pod) (*attestation.Statement, error)
 }
 
 // classifyMember judges a member by its pod, its policy (nil: none, or not the pool's), every policy of its
@@ -94,7 +98,17 @@ func classifyMember(pod *corev1.Pod, policy *networkingv1.NetworkPolicy, policie
 	if !running {
 		return m
 	}
-	ev, err := buildEvidence(pod, node, w.gateTarget)
+	st, err := w.attested(pod)
+	if errors.Is(err, attestation.ErrMissing) {
+		if since := gatePassedAt(pod); !since.IsZero() && time.Since(since) > attestationWait {
+			return unusable("its gate passed %s ago, but PID 1 has not attested in its log", time.Since(since).Round(time.Second))
+		}
+		return m // its log shows the attestation moments after the gate passed
+	}
+	if err != nil {
+		return unusable("its network gate passed, but %v", err)
+	}
+	ev, err := buildEvidence(pod, node, w.gateTarget, st)
 	if err != nil {
 		return unusable("its network gate passed but proves nothing: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/attestation"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -106,7 +107,8 @@ func (r *PoolReconciler) resolveMember(ctx context.Context, pool *airlockv1.Sand
 	obs.resolved, obs.opts = &res, opts
 	obs.want = memberWant{generation: tmpl.Generation, hash: sandbox.MemberHash(res, opts), handler: rc.Handler,
 		gateTarget: r.Pod.GateTarget, defaults: r.Defaults, startDeadline: obs.now.Add(-memberStartTimeout(r.Pod)),
-		policy: func(name string) *networkingv1.NetworkPolicy { return sandbox.BuildMemberPolicy(pool, name, res) }}
+		policy:   func(name string) *networkingv1.NetworkPolicy { return sandbox.BuildMemberPolicy(pool, name, res) },
+		attested: func(pod *corev1.Pod) (*attestation.Statement, error) { return r.Attestations.Of(ctx, pod) }}
 	return nil
 }
 

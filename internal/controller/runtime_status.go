@@ -6,10 +6,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/attestation"
+	"airlock.dev/airlock/internal/pid1link"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -22,6 +25,20 @@ func gatePassed(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// attestationWait is how long after its gate passed a pod's PID 1 may take to show its attestation in the log
+// (the kubelet copies the container's output to the log file as it comes).
+const attestationWait = 10 * time.Second
+
+// gatePassedAt is when the pod became ready (its gate passed), zero if unknown.
+func gatePassedAt(pod *corev1.Pod) time.Time {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 // gateFailure returns the termination message of a sandbox container that ended: PID 1 ends at once, with the
@@ -39,13 +56,20 @@ func gateFailure(pod *corev1.Pod) (string, bool) {
 	return "", false
 }
 
-// buildEvidence checks what a pod whose gate passed proved against its node. The gate counts only if its target
-// is known to listen: the node's kubelet port from the Node's status on the pod's host IP, or the operator's
-// --gate-target. A VM counts only if the pod's kernel was checked against the kernel of the node it runs on.
-func buildEvidence(pod *corev1.Pod, node *corev1.Node, gateTarget string) (*airlockv1.IsolationEvidence, error) {
+// buildEvidence checks what a pod's PID 1 attested once its gate passed (st) against the pod and its node. The
+// gate counts only if the target PID 1 really probed is known to listen: the node's kubelet port from the Node's
+// status on the pod's host IP, or the operator's --gate-target. A VM counts only if the pod's kernel was checked
+// against the kernel of the node it runs on.
+func buildEvidence(pod *corev1.Pod, node *corev1.Node, gateTarget string, st *attestation.Statement) (*airlockv1.IsolationEvidence, error) {
 	proven, kernels := sandbox.ExpectedIsolationOf(pod)
 	if proven == "" {
 		return nil, fmt.Errorf("the pod's PID 1 was given no isolation to prove (%s): was the pod made by an older manager?", sandbox.ExpectIsolationFlag)
+	}
+	if st.Isolation != sandbox.IsolationFlag(proven) {
+		return nil, fmt.Errorf("PID 1 attests %q isolation, but was told to prove %s", st.Isolation, proven)
+	}
+	if _, err := pid1link.ParsePublicKey(st.Key); err != nil {
+		return nil, fmt.Errorf("PID 1's attestation: %w", err)
 	}
 	if node == nil {
 		return nil, fmt.Errorf("the pod's node %q is not known, so the gate's target and the kernel cannot be checked", pod.Spec.NodeName)
@@ -59,22 +83,22 @@ func buildEvidence(pod *corev1.Pod, node *corev1.Node, gateTarget string) (*airl
 			kernels, node.Name, nodeKernel)
 	}
 	target := gateTarget
-	if probed := net.JoinHostPort(sandbox.PodArg(pod, sandbox.GateHostFlag), sandbox.PodArg(pod, sandbox.GatePortFlag)); target != "" && probed != target {
-		return nil, fmt.Errorf("the gate probed %s, but the address known to listen is %s (the manager's --gate-target), so its block proves nothing", probed, target)
-	}
 	if target == "" {
 		port := node.Status.DaemonEndpoints.KubeletEndpoint.Port
 		if port == 0 || pod.Status.HostIP == "" {
 			return nil, fmt.Errorf("node %s reports no kubelet port (status.daemonEndpoints), so nothing is known to listen where the gate probed: set the manager's --gate-target", node.Name)
 		}
-		if got := sandbox.PodArg(pod, sandbox.GatePortFlag); got != strconv.Itoa(int(port)) {
-			return nil, fmt.Errorf("the gate probed port %s, but node %s's kubelet listens on %d, so its block proves nothing: do the nodes' kubelet ports differ? set the manager's --gate-target",
-				got, node.Name, port)
-		}
 		target = net.JoinHostPort(pod.Status.HostIP, strconv.Itoa(int(port)))
 	}
-	return &airlockv1.IsolationEvidence{Proven: proven, NodeKernel: nodeKernel, GateTarget: target,
-		ProxyTarget: sandbox.PodArg(pod, sandbox.ProxyTargetFlag)}, nil
+	if st.GateTarget != target {
+		return nil, fmt.Errorf("PID 1's gate probed %s, but the address known to listen is %s, so its block proves nothing (did the kubelet ports of the nodes differ? set the manager's --gate-target)",
+			st.GateTarget, target)
+	}
+	if want := sandbox.PodArg(pod, sandbox.ProxyTargetFlag); st.ProxyTarget != want {
+		return nil, fmt.Errorf("PID 1 reached the egress proxy at %q, but was told %q", st.ProxyTarget, want)
+	}
+	return &airlockv1.IsolationEvidence{Proven: proven, NodeKernel: nodeKernel, GateTarget: st.GateTarget, Gate: st.Gate,
+		ProxyTarget: st.ProxyTarget}, nil
 }
 
 // isRuntimeMismatch tells a gate that failed because the runtime is not the isolation it promised.

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/attestation"
 	"airlock.dev/airlock/internal/metrics"
 	"airlock.dev/airlock/internal/sandbox"
 )
@@ -66,6 +67,8 @@ type PoolClaimer struct {
 	Defaults  sandbox.Defaults
 	Pod       sandbox.PodOptions
 	Metrics   *metrics.Pool
+	// Attestations reads what members' PID 1 attested (the pool reconciler has usually read them already).
+	Attestations *Attestations
 
 	reserved reservations
 }
@@ -201,7 +204,8 @@ func (c *PoolClaimer) wantFor(ctx context.Context, sbx *airlockv1.Sandbox, pool 
 		return nil, nil
 	}
 	return &memberWant{generation: tmpl.Generation, hash: hash, handler: res.RuntimeHandler, gateTarget: c.Pod.GateTarget,
-		defaults: c.Defaults, policy: func(name string) *networkingv1.NetworkPolicy { return sandbox.BuildMemberPolicy(pool, name, shape) }}, nil
+		defaults: c.Defaults, policy: func(name string) *networkingv1.NetworkPolicy { return sandbox.BuildMemberPolicy(pool, name, shape) },
+		attested: func(pod *corev1.Pod) (*attestation.Statement, error) { return c.Attestations.Of(ctx, pod) }}, nil
 }
 
 // readyMembers returns the pool's claimable members in random order, so that racing claimers spread over them

@@ -43,6 +43,9 @@ const (
 	retryBlocked = 30 * time.Second
 	// retryProxy is how often a sandbox waiting for the egress proxy's Service looks again.
 	retryProxy = 5 * time.Second
+	// retryAttestation is how soon a pod whose gate passed is looked at again while its log lacks PID 1's
+	// attestation (the kubelet writes it out moments later).
+	retryAttestation = 50 * time.Millisecond
 )
 
 // SandboxReconciler turns each Sandbox into one Pod and one NetworkPolicy, enforces its hard expiry and cleans
@@ -65,6 +68,8 @@ type SandboxReconciler struct {
 	Workers int
 	// Pools claims warm members for sandboxes that name a SandboxPool (sandbox_claim.go); nil: never.
 	Pools *PoolClaimer
+	// Attestations reads what pods' PID 1 attested (shared with the pool reconciler and Pools).
+	Attestations *Attestations
 
 	written writtenVersions
 	running runningSince
@@ -158,6 +163,9 @@ func (r *SandboxReconciler) requeue(obs observation) ctrl.Result {
 	}
 	if obs.nudgeAt != nil {
 		after = min(after, obs.nudgeAt.Sub(obs.now)) // nothing else wakes us if the probe never runs
+	}
+	if obs.attestationPending {
+		after = min(after, retryAttestation) // logs are not watched
 	}
 	return ctrl.Result{RequeueAfter: max(after, time.Millisecond)}
 }

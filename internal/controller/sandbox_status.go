@@ -87,6 +87,10 @@ type observation struct {
 	// proves nothing.
 	evidence    *airlockv1.IsolationEvidence
 	evidenceErr error
+	// supervisorKey is the key PID 1 attested, recorded with the evidence; attestationPending, that its gate
+	// passed but its log does not show the attestation yet.
+	supervisorKey      string
+	attestationPending bool
 	// claim is what the pool claim decided in this pass (sandbox_claim.go).
 	claim *claimObs
 	// defaults are the operator's settings, for the runtime checks.
@@ -121,6 +125,7 @@ func computeStatus(sbx *airlockv1.Sandbox, obs observation) airlockv1.SandboxSta
 	}
 	if obs.evidence != nil && st.IsolationEvidence == nil {
 		st.IsolationEvidence = obs.evidence.DeepCopy()
+		st.SupervisorKey = obs.supervisorKey
 	}
 	if ev := st.IsolationEvidence; ev != nil {
 		if ev.Proven == "" {

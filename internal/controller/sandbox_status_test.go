@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/attestation"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -200,8 +201,9 @@ func TestComputeStatusRuntimeIsolation(t *testing.T) {
 	}
 }
 
-// The gate's block proves isolation only for a target known to listen: the pod's node's kubelet port, or the
-// operator's --gate-target; and a VM only against its node's kernel. Without each check its case passes.
+// The gate's block proves isolation only for a target known to listen, as PID 1 attests it probed: the pod's
+// node's kubelet port, or the operator's --gate-target; and a VM only against its node's kernel. Without each
+// check its case passes (checked for the attested target: "PID 1 probed its own loopback" then passes).
 func TestBuildEvidence(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{
 		NodeInfo:        corev1.NodeSystemInfo{KernelVersion: "6.1.0-host"},
@@ -234,29 +236,47 @@ func TestBuildEvidence(t *testing.T) {
 	})
 	older := podWith(func(*sandbox.PodOptions) {})
 	older.Spec.Containers[0].Command = []string{sandbox.InitBinary, "pid1"}
+	attested := func(p *corev1.Pod, edit func(*attestation.Statement)) *attestation.Statement {
+		st := attestedAs(p)
+		if edit != nil {
+			edit(st)
+		}
+		return st
+	}
 	tests := map[string]struct {
 		pod        *corev1.Pod
 		node       *corev1.Node
 		gateTarget string
+		st         *attestation.Statement
 		want       airlockv1.Isolation
 		wantErr    string
 	}{
-		"kubelet port of the pod's node":    {good, node, "", airlockv1.IsolationGVisor, ""},
-		"configured target":                 {configured, noPort, "10.123.0.1:10255", airlockv1.IsolationGVisor, ""},
-		"a VM checked against its node":     {vm, node, "", airlockv1.IsolationKata, ""},
-		"a VM not checked against its node": {vmElsewhere, node, "", "", "does not include the kernel of its node"},
-		"probed a port not known to listen": {otherPort, node, "", "", "kubelet listens on 10250"},
-		"configured target not probed":      {good, node, "10.0.0.9:443", "", "known to listen is 10.0.0.9:443"},
-		"node reports no kubelet port":      {good, noPort, "", "", "no kubelet port"},
-		"node reports no kernel":            {good, noKernel, "", "", "no kernel version"},
-		"node unknown":                      {good, nil, "", "", "not known"},
-		"nothing to prove (older manager)":  {older, node, "", "", "no isolation to prove"},
+		"kubelet port of the pod's node":    {good, node, "", attested(good, nil), airlockv1.IsolationGVisor, ""},
+		"configured target":                 {configured, noPort, "10.123.0.1:10255", attested(configured, nil), airlockv1.IsolationGVisor, ""},
+		"a VM checked against its node":     {vm, node, "", attested(vm, nil), airlockv1.IsolationKata, ""},
+		"a VM not checked against its node": {vmElsewhere, node, "", attested(vmElsewhere, nil), "", "does not include the kernel of its node"},
+		"probed a port not known to listen": {otherPort, node, "", attested(otherPort, nil), "", "known to listen is 10.123.0.1:10250"},
+		"configured target not probed":      {good, node, "10.0.0.9:443", attested(good, nil), "", "known to listen is 10.0.0.9:443"},
+		"node reports no kubelet port":      {good, noPort, "", attested(good, nil), "", "no kubelet port"},
+		"node reports no kernel":            {good, noKernel, "", attested(good, nil), "", "no kernel version"},
+		"node unknown":                      {good, nil, "", attested(good, nil), "", "not known"},
+		"nothing to prove (older manager)":  {older, node, "", attested(good, nil), "", "no isolation to prove"},
+		// What a tenant's AIRLOCK_NODE_IP=127.0.0.1 made PID 1 probe before the env was reserved: the pod's
+		// flags look right, only the attestation tells.
+		"PID 1 probed its own loopback": {good, node, "", attested(good, func(s *attestation.Statement) { s.GateTarget = "127.0.0.1:10250" }),
+			"", "PID 1's gate probed 127.0.0.1:10250"},
+		"PID 1 attests another isolation": {good, node, "", attested(good, func(s *attestation.Statement) { s.Isolation = "none" }),
+			"", `attests "none" isolation`},
+		"PID 1 attests a malformed key": {good, node, "", attested(good, func(s *attestation.Statement) { s.Key = "ed25519:AAAA" }),
+			"", "supervisor key"},
+		"PID 1 reached another proxy": {good, node, "", attested(good, func(s *attestation.Statement) { s.ProxyTarget = "10.0.0.5:3128" }),
+			"", "egress proxy"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			ev, err := buildEvidence(tc.pod, tc.node, tc.gateTarget)
+			ev, err := buildEvidence(tc.pod, tc.node, tc.gateTarget, tc.st)
 			if tc.wantErr == "" {
-				if err != nil || ev == nil || ev.Proven != tc.want || ev.NodeKernel != "6.1.0-host" || ev.GateTarget == "" {
+				if err != nil || ev == nil || ev.Proven != tc.want || ev.NodeKernel != "6.1.0-host" || ev.GateTarget != tc.st.GateTarget || ev.Gate != "refused" {
 					t.Fatalf("got %+v, %v", ev, err)
 				}
 				return

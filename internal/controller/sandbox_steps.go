@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/attestation"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -320,9 +321,9 @@ func (r *SandboxReconciler) observeIsolation(ctx context.Context, sbx *airlockv1
 	return nil
 }
 
-// observeRuntime reads, once, what the pod's gate proved, once it passed (the pod's readiness probe), with the
-// node the pod runs on: the evidence for NetworkIsolated and status.isolation. Once recorded in status it is
-// not read again: the gate runs once, before any command.
+// observeRuntime reads, once, what the pod's PID 1 attested once its gate passed (the pod's readiness probe),
+// and checks it against the node the pod runs on: the evidence for NetworkIsolated and status.isolation, and the
+// key the gateway pins. Once recorded in status it is not read again: the gate runs once, before any command.
 func (r *SandboxReconciler) observeRuntime(ctx context.Context, sbx *airlockv1.Sandbox, obs *observation) error {
 	if obs.pod == nil || sbx.Status.IsolationEvidence != nil {
 		return nil
@@ -340,7 +341,25 @@ func (r *SandboxReconciler) observeRuntime(ctx context.Context, sbx *airlockv1.S
 			node = nil
 		}
 	}
-	obs.evidence, obs.evidenceErr = buildEvidence(obs.pod, node, r.Pod.GateTarget)
+	st, err := r.Attestations.Of(ctx, obs.pod)
+	switch {
+	case errors.Is(err, attestation.ErrMissing):
+		// The kubelet writes the log out moments after PID 1 wrote it: look again soon, for a while.
+		if since := gatePassedAt(obs.pod); !since.IsZero() && obs.now.Sub(since) > attestationWait {
+			obs.evidenceErr = fmt.Errorf("its gate passed %s ago, but PID 1 has not attested in its log (is its airlock-init of the manager's release?)",
+				obs.now.Sub(since).Round(time.Second))
+			return nil
+		}
+		obs.attestationPending = true
+		return nil
+	case err != nil:
+		obs.evidenceErr = err
+		return nil
+	}
+	obs.evidence, obs.evidenceErr = buildEvidence(obs.pod, node, r.Pod.GateTarget, st)
+	if obs.evidenceErr == nil {
+		obs.supervisorKey = st.Key
+	}
 	return nil
 }
 

@@ -30,6 +30,7 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/metrics"
+	"airlock.dev/airlock/internal/attestation"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -134,6 +135,10 @@ type managerOptions struct {
 	defaults *sandbox.Defaults
 	// egressProxy names the egress proxy's Service; none when empty.
 	egressProxy types.NamespacedName
+	// attest, when set, edits what each pod's stand-in PID 1 attests (attestingLogs).
+	attest func(*corev1.Pod, *attestation.Statement)
+	// as is the user the manager acts as (impersonated), to run it with an install's RBAC; empty: envtest's admin.
+	as string
 }
 
 // startManager runs the Sandbox controller against envtest until the test ends or the returned stop is called.
@@ -172,6 +177,7 @@ func startManager(tb testing.TB, o managerOptions) (stop func()) {
 		Metrics:   m,
 		Workers:   8,
 	}
+	r.Attestations = &Attestations{Logs: attestingLogs{c: mgr.GetAPIReader(), edit: o.attest}}
 	if o.egressProxy.Name != "" {
 		r.EgressProxy = &ProxyLocator{Reader: mgr.GetAPIReader(), Service: o.egressProxy, TTL: time.Second}
 	}

@@ -1,15 +1,12 @@
 package exec
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
-
-	"k8s.io/client-go/tools/remotecommand"
 
 	"airlock.dev/airlock/internal/runwrap"
 )
@@ -31,17 +28,13 @@ func (e *Engine) StartBackground(ctx context.Context, req Request) (*runwrap.Pro
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
-	nonce, err := newNonce()
+	id, err := newID()
 	if err != nil {
 		return nil, err
 	}
-	id, err := newNonce()
-	if err != nil {
-		return nil, err
-	}
-	wc := wrapperConfig(&req, id, nonce, req.Timeout, e.opts.Grace, e.opts.OutDir)
+	wc := wrapperConfig(&req, id, req.Timeout, e.opts.Grace, e.opts.OutDir)
 	wc.Background, wc.NoStdin = true, false
-	rep, err := e.exchange(ctx, &req, "exec", &wc)
+	rep, err := e.exchange(ctx, &req, &runwrap.Request{Op: runwrap.OpRun, Config: wc})
 	if err != nil {
 		return nil, err
 	}
@@ -57,51 +50,35 @@ func (e *Engine) StartBackground(ctx context.Context, req Request) (*runwrap.Pro
 
 // Control sends one request about known runs (runwrap.OpList, OpStatus,
 // OpOutput, OpStdin, OpSignal, OpKill) to the supervisor of the sandbox
-// container target names (Namespace, Pod, Container). A reply with Known
-// false means no such run.
+// container target names (Namespace, Pod, Container, SupervisorKey). A reply
+// with Known false means no such run.
 func (e *Engine) Control(ctx context.Context, target Request, creq runwrap.Request) (*runwrap.Reply, error) {
 	if errs := target.targetErrors(); len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidRequest, strings.Join(errs, "; "))
 	}
-	return e.exchange(ctx, &target, "ctl", &creq)
+	if creq.Op == runwrap.OpRun {
+		return nil, fmt.Errorf("%w: start a background process with StartBackground", ErrInvalidRequest)
+	}
+	return e.exchange(ctx, &target, &creq)
 }
 
-// exchange runs `airlock-init <sub>` with frame on its stdin and reads the
-// supervisor's reply from its stdout.
-func (e *Engine) exchange(ctx context.Context, target *Request, sub string, frame any) (*runwrap.Reply, error) {
+// exchange makes one control call on a session with target's supervisor.
+func (e *Engine) exchange(ctx context.Context, target *Request, creq *runwrap.Request) (*runwrap.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
-	stdin, err := framedStdin(frame, nil)
+	sess, err := e.openSession(ctx, target)
 	if err != nil {
 		return nil, err
 	}
-	u, err := execURL(e.cfg, target, []string{e.opts.WrapperPath, sub})
+	defer sess.close()
+	rep, err := sess.Control(ctx, creq)
 	if err != nil {
-		return nil, err
-	}
-	var at attempt
-	ex, err := newExecutor(e.cfg, e.opts.Protocol, u, &at)
-	if err != nil {
-		return nil, err
-	}
-	out := &limitedBuffer{max: 4 << 20} // an output reply holds up to 1 MiB per stream, base64
-	var stderr bytes.Buffer
-	streamErr := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: out, Stderr: &limitedWriter{w: &stderr, n: 4 << 10}})
-	var rep runwrap.Reply
-	if err := runwrap.ReadFrame(&out.buf, &rep); err != nil {
-		if out.buf.Len() == 0 && notStarted(streamErr, usedProtocol(e.opts.Protocol, &at) == string(ProtocolSPDY), &at) {
-			if forbidden(streamErr) {
-				return nil, fmt.Errorf("exec in %s/%s: %w: %w: %w", target.Namespace, target.Pod, ErrNotStarted, ErrForbidden, streamErr)
-			}
-			return nil, fmt.Errorf("exec in %s/%s: %w: %w", target.Namespace, target.Pod, ErrNotStarted, streamErr)
-		}
-		msg := strings.TrimSpace(stderr.String())
-		return nil, fmt.Errorf("exec in %s/%s: no reply from the sandbox's supervisor (%v; stderr %q): %w", target.Namespace, target.Pod, streamErr, msg, err)
+		return nil, fmt.Errorf("exec in %s/%s: no reply from the sandbox's supervisor: %w", target.Namespace, target.Pod, err)
 	}
 	if rep.Error != "" {
-		return &rep, fmt.Errorf("%w: %s", ErrSupervisor, rep.Error)
+		return rep, fmt.Errorf("%w: %s", ErrSupervisor, rep.Error)
 	}
-	return &rep, nil
+	return rep, nil
 }
 
 // limitedWriter keeps the first n bytes and discards the rest.

@@ -23,7 +23,7 @@ func BenchmarkExecStdout100MB(b *testing.B) {
 func benchBoth(b *testing.B, req Request, bytes int64) {
 	for _, p := range []Protocol{ProtocolWebSocket, ProtocolSPDY} {
 		env := newEnv(b, p, nil)
-		req.Namespace, req.Pod = "ns", "p"
+		req.Namespace, req.Pod, req.SupervisorKey = "ns", "p", env.srv.SupervisorKey()
 		b.Run(string(p)+"/engine", func(b *testing.B) {
 			b.SetBytes(bytes)
 			for b.Loop() {

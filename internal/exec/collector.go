@@ -3,20 +3,16 @@ package exec
 import (
 	"errors"
 	"sync"
-
-	"airlock.dev/airlock/internal/runwrap"
 )
 
 var errSealed = errors.New("exec: output collected after the call ended")
 
-// collector receives both output streams from client-go (one goroutine per
-// stream), strips the trailer from stderr, keeps the budgeted capture and
-// emits chunks. One mutex serializes everything, so the chunk callback is
+// collector receives both output streams of a run, keeps the budgeted capture
+// and emits chunks. One mutex serializes everything, so the chunk callback is
 // never called concurrently.
 type collector struct {
 	mu      sync.Mutex
 	streams [2]*streamState // stdout, stderr
-	split   *trailerSplitter
 	emit    func(Chunk) error
 	onErr   func()
 	err     error
@@ -30,11 +26,10 @@ type streamState struct {
 	offset int64  // raw bytes already emitted as chunks
 }
 
-func newCollector(nonce string, head, tail int, emit func(Chunk) error, onErr func()) *collector {
+func newCollector(head, tail int, emit func(Chunk) error, onErr func()) *collector {
 	c := &collector{emit: emit, onErr: onErr}
 	c.streams[0] = &streamState{name: "stdout", cap: newCapture(head, tail)}
 	c.streams[1] = &streamState{name: "stderr", cap: newCapture(head, tail)}
-	c.split = newTrailerSplitter(nonce, func(b []byte) { c.deliver(c.streams[1], b) })
 	return c
 }
 
@@ -50,7 +45,7 @@ func (c *collector) stdout() writerFunc {
 
 func (c *collector) stderr() writerFunc {
 	return func(p []byte) (int, error) {
-		return c.write(p, func() { c.split.write(p) })
+		return c.write(p, func() { c.deliver(c.streams[1], p) })
 	}
 }
 
@@ -70,7 +65,7 @@ func (c *collector) write(p []byte, f func()) (int, error) {
 	return len(p), nil
 }
 
-// deliver takes command output (trailer already removed); mu is held.
+// deliver takes command output; mu is held.
 func (c *collector) deliver(s *streamState, b []byte) {
 	if len(b) == 0 {
 		return
@@ -101,23 +96,22 @@ func (c *collector) emitChunk(s *streamState, raw []byte) {
 	}
 }
 
-// finish seals the collector: later writes fail. It releases held data,
-// flushes partial runes (escaped) and returns the trailer, if one ended stderr.
-func (c *collector) finish() (*runwrap.Trailer, error) {
+// finish seals the collector: later writes fail. It flushes partial runes
+// (escaped) and returns the consumer's error, if any.
+func (c *collector) finish() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.sealed {
-		return nil, c.err
+		return c.err
 	}
 	c.sealed = true
-	tr := c.split.close()
 	for _, s := range c.streams {
 		if c.emit != nil && c.err == nil {
 			c.emitChunk(s, s.carry)
 		}
 		s.carry = nil
 	}
-	return tr, c.err
+	return c.err
 }
 
 // render returns a stream's kept text; call after finish.

@@ -2,13 +2,15 @@
 // and returns an outcome a model can rely on.
 //
 // Every command goes through the in-sandbox supervisor (package runwrap):
-// the engine execs `airlock-init exec` with the request on stdin (never in
-// the URL), and the sandbox's PID 1 enforces the timeout on the whole process
-// tree, keeps the full output in files there, and ends stderr with a trailer
-// carrying a per-call nonce. The trailer, not the exec status, is the source
-// of truth: client-go reports an exec whose status never arrived as success.
-// A call without a trailer asks PID 1 for the outcome (`airlock-init
-// status`); only when none comes back is it sandbox_lost, never "exited 0".
+// the engine execs `airlock-init connect`, whose stdin and stdout carry a
+// session with the sandbox's PID 1 (package pid1link: TLS pinned to the key
+// PID 1 attested, HTTP/2 inside). The request travels inside it, never in the
+// URL; PID 1 enforces the timeout on the whole process tree, keeps the full
+// output in files there, and ends the run's answer with its outcome. That
+// outcome, not the exec status, is the source of truth: client-go reports an
+// exec whose status never arrived as success. A run whose answer broke off
+// asks PID 1 for the outcome on a new session; only when none comes back is
+// it sandbox_lost, never "exited 0".
 //
 // Output is kept per stream within a budget (a little head, mostly tail, and
 // a marker line saying how much was omitted and which sandbox file has it

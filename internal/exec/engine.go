@@ -1,19 +1,15 @@
 package exec
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/remotecommand"
-	utilexec "k8s.io/client-go/util/exec"
 
 	"airlock.dev/airlock/internal/runwrap"
 )
@@ -138,65 +134,47 @@ func (e *Engine) Stream(ctx context.Context, req Request, onChunk func(Chunk) er
 	}
 }
 
-// attempt is one try at Stream.
+// attempt is one try at Stream: a session with the sandbox's PID 1, one run on it.
 func (e *Engine) attempt(ctx context.Context, req Request, onChunk func(Chunk) error) (*Result, error) {
 	timeout := req.Timeout
 	if timeout == 0 {
 		timeout = e.opts.DefaultTimeout
 	}
-	nonce, err := newNonce()
+	id, err := newID()
 	if err != nil {
 		return nil, err
 	}
-	id, err := newNonce()
-	if err != nil {
-		return nil, err
-	}
-	wc := wrapperConfig(&req, id, nonce, timeout, e.opts.Grace, e.opts.OutDir)
-	stdin, err := framedStdin(&wc, req.stdin())
-	if err != nil {
-		return nil, err
-	}
-	u, err := execURL(e.cfg, &req, []string{e.opts.WrapperPath, "exec"})
-	if err != nil {
-		return nil, err
-	}
-	var at attempt
-	ex, err := newExecutor(e.cfg, e.opts.Protocol, u, &at)
-	if err != nil {
-		return nil, err
-	}
-
+	wc := wrapperConfig(&req, id, timeout, e.opts.Grace, e.opts.OutDir)
 	runCtx, cancel := context.WithTimeout(ctx, timeout+e.opts.Grace+e.opts.DeadlineMargin)
 	defer cancel()
+	sess, err := e.openSession(runCtx, &req)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.close()
+
 	head, tail := req.budget()
-	col := newCollector(nonce, head, tail, onChunk, cancel)
-	opts := remotecommand.StreamOptions{Stdout: col.stdout(), Stderr: col.stderr(), Stdin: stdin}
+	col := newCollector(head, tail, onChunk, cancel)
 	start := time.Now()
-	streamErr := ex.StreamWithContext(runCtx, opts)
+	rep, runErr := sess.Run(runCtx, &wc, req.stdin(), col.stdout(), col.stderr())
 	elapsed := time.Since(start)
-	tr, emitErr := col.finish()
-
-	proto := usedProtocol(e.opts.Protocol, &at)
-	log := e.opts.Logger.WithValues("namespace", req.Namespace, "pod", req.Pod, "protocol", proto)
-	if tr == nil && col.streams[0].cap.total == 0 && col.streams[1].cap.total == 0 && runtimeStartFailed(streamErr) {
-		return nil, fmt.Errorf("exec in %s/%s: %w: %w: %w", req.Namespace, req.Pod, ErrNotStarted, ErrRuntimeStart, streamErr)
+	emitErr := col.finish()
+	log := e.opts.Logger.WithValues("namespace", req.Namespace, "pod", req.Pod, "protocol", sess.proto)
+	if runErr == nil && rep.Error != "" {
+		// PID 1 refused the request itself: nothing ran.
+		return nil, fmt.Errorf("exec in %s/%s: %w: %s", req.Namespace, req.Pod, ErrSupervisor, rep.Error)
 	}
-	if tr == nil && col.streams[0].cap.total == 0 && col.streams[1].cap.total == 0 &&
-		notStarted(streamErr, proto == string(ProtocolSPDY), &at) {
-		if forbidden(streamErr) {
-			return nil, fmt.Errorf("exec in %s/%s: %w: %w: %w", req.Namespace, req.Pod, ErrNotStarted, ErrForbidden, streamErr)
-		}
-		return nil, fmt.Errorf("exec in %s/%s: %w: %w", req.Namespace, req.Pod, ErrNotStarted, streamErr)
+	var tr *runwrap.Trailer
+	if runErr == nil {
+		tr = rep.Trailer
 	}
-
 	lost := tr == nil
 	if lost {
-		tr = e.recoverOutcome(ctx, log, &req, id, streamErr, emitErr, start.Add(timeout+e.opts.Grace))
+		tr = e.recoverOutcome(ctx, log, &req, id)
 	}
-	res := &Result{Protocol: proto, Duration: elapsed, Trailer: tr, ExitCode: -1}
+	res := &Result{Protocol: sess.proto, Duration: elapsed, Trailer: tr, ExitCode: -1}
 	e.fillOutput(res, col, tr)
-	e.classify(ctx, log, &req, res, tr, streamErr, runCtx.Err(), start)
+	e.classify(ctx, log, &req, res, tr, runErr, runCtx.Err(), start)
 
 	switch {
 	case emitErr != nil:
@@ -220,19 +198,18 @@ func (e *Engine) fillOutput(res *Result, col *collector, tr *runwrap.Trailer) {
 	}
 }
 
-// classify sets Outcome, ExitCode, Signal and Detail. The trailer is the
-// only source of a trusted status: without it the outcome is sandbox_lost,
-// never "exited 0", whatever the exec status said.
-func (e *Engine) classify(ctx context.Context, log logr.Logger, req *Request, res *Result, tr *runwrap.Trailer, streamErr, deadlineErr error, start time.Time) {
+// classify sets Outcome, ExitCode, Signal and Detail. PID 1's reply is the
+// only source of a trusted status: without it the outcome is sandbox_lost.
+func (e *Engine) classify(ctx context.Context, log logr.Logger, req *Request, res *Result, tr *runwrap.Trailer, runErr, deadlineErr error, start time.Time) {
 	if tr == nil {
 		res.Outcome = OutcomeSandboxLost
 		switch {
 		case deadlineErr != nil && ctx.Err() == nil:
 			res.Detail = "no result before the client-side deadline (timeout + grace + margin)"
-		case streamErr != nil:
-			res.Detail = "stream ended without the wrapper's trailer: " + streamErr.Error()
+		case runErr != nil:
+			res.Detail = "the session with the sandbox's supervisor ended without the command's outcome: " + runErr.Error()
 		default:
-			res.Detail = "stream ended without the wrapper's trailer (empty exec status)"
+			res.Detail = "the sandbox's supervisor reported no outcome"
 		}
 		if ctx.Err() == nil && e.oomKilled(ctx, log, req, start) {
 			res.Outcome = OutcomeOOM
@@ -240,10 +217,6 @@ func (e *Engine) classify(ctx context.Context, log logr.Logger, req *Request, re
 		return
 	}
 	res.ExitCode, res.Signal = tr.ExitCode, tr.Signal
-	var ce utilexec.CodeExitError
-	if errors.As(streamErr, &ce) && tr.Signal == "" && !tr.TimedOut && ce.Code != tr.ExitCode {
-		log.Info("exec status disagrees with the wrapper's trailer; trusting the trailer", "status", ce.Code, "trailer", tr.ExitCode)
-	}
 	res.Outcome, res.Detail = TrailerOutcome(tr)
 	switch res.Outcome {
 	case OutcomeSandboxLost:
@@ -281,62 +254,26 @@ func TrailerOutcome(tr *runwrap.Trailer) (Outcome, string) {
 	return OutcomeExited, tr.StartError
 }
 
-// recoverOutcome asks the sandbox's supervisor (PID 1) for the outcome of a
-// run whose stream ended without a trailer. A stream that ended with an exec
-// status means only the client died (a command can kill it): the run goes on
-// and its outcome is waited for until its deadline. A broken stream, or a
-// caller that gave up, means nobody can use the output any more: the run is
-// cancelled. nil when the supervisor does not answer: the sandbox is lost.
-func (e *Engine) recoverOutcome(ctx context.Context, log logr.Logger, req *Request, id string, streamErr, emitErr error, deadline time.Time) *runwrap.Trailer {
-	var ce utilexec.CodeExitError
-	cancelRun := emitErr != nil || ctx.Err() != nil || !errors.As(streamErr, &ce)
-	sreq := runwrap.Request{Config: runwrap.Config{ID: id}}
-	bound := e.opts.DeadlineMargin
-	if cancelRun {
-		sreq.Cancel, sreq.Wait = true, e.opts.Grace+5*time.Second
-		ctx = context.WithoutCancel(ctx)
-	} else {
-		sreq.Wait = max(time.Until(deadline), 0) + time.Second
-		bound += sreq.Wait
-	}
-	ctx, cancel := context.WithTimeout(ctx, bound)
+// recoverOutcome asks the sandbox's supervisor (PID 1), on a new session,
+// for the outcome of a run whose answer broke off. Nobody can use the run's
+// output any more, so it is cancelled (PID 1 has usually noticed already).
+// nil when the supervisor does not answer: the sandbox is lost.
+func (e *Engine) recoverOutcome(ctx context.Context, log logr.Logger, req *Request, id string) *runwrap.Trailer {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.DeadlineMargin)
 	defer cancel()
-	stdin, err := framedStdin(&sreq, nil)
+	sess, err := e.openSession(ctx, req)
 	if err != nil {
-		return nil
-	}
-	u, err := execURL(e.cfg, req, []string{e.opts.WrapperPath, "status"})
-	if err != nil {
-		return nil
-	}
-	var at attempt
-	ex, err := newExecutor(e.cfg, e.opts.Protocol, u, &at)
-	if err != nil {
-		return nil
-	}
-	out := &limitedBuffer{max: 1 << 20}
-	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: out, Stderr: io.Discard}); err != nil {
 		log.V(1).Info("asking the supervisor for a lost run's outcome", "error", err.Error())
-	}
-	var rep runwrap.Reply
-	if err := runwrap.ReadFrame(&out.buf, &rep); err != nil || !rep.Done || rep.Trailer == nil {
 		return nil
 	}
-	log.V(1).Info("outcome read back from the supervisor", "cancelled", cancelRun)
-	return rep.Trailer
-}
-
-// limitedBuffer keeps at most max bytes; a status reply is small.
-type limitedBuffer struct {
-	buf bytes.Buffer
-	max int
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if b.buf.Len()+len(p) > b.max {
-		return 0, errors.New("status reply too large")
+	defer sess.close()
+	rep, err := sess.Control(ctx, &runwrap.Request{Op: runwrap.OpStatus, Config: runwrap.Config{ID: id}, Cancel: true, Wait: e.opts.Grace + 5*time.Second})
+	if err != nil || !rep.Done || rep.Trailer == nil {
+		log.V(1).Info("asking the supervisor for a lost run's outcome", "error", fmt.Sprint(err))
+		return nil
 	}
-	return b.buf.Write(p)
+	log.V(1).Info("outcome read back from the supervisor")
+	return rep.Trailer
 }
 
 func (e *Engine) oomKilled(ctx context.Context, log logr.Logger, req *Request, since time.Time) bool {
@@ -352,11 +289,11 @@ func (e *Engine) oomKilled(ctx context.Context, log logr.Logger, req *Request, s
 	return oom
 }
 
-// newNonce returns 32 random URL-safe characters (192 bits).
-func newNonce() (string, error) {
+// newID returns a run id: 32 random URL-safe characters (192 bits).
+func newID() (string, error) {
 	b := make([]byte, 24)
 	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("nonce: %w", err)
+		return "", fmt.Errorf("run id: %w", err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }

@@ -165,7 +165,7 @@ func TestEngineStreamChunks(t *testing.T) {
 	env := newEnv(t, ProtocolAuto, nil)
 	var out, errs, errRaw strings.Builder
 	var next int64
-	res, err := env.eng.Stream(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: `seq 1 50000; printf 'é\377' >&2`, KeepBytes: 512},
+	res, err := env.eng.Stream(t.Context(), env.keyed(Request{Namespace: "ns", Pod: "p", Shell: `seq 1 50000; printf 'é\377' >&2`, KeepBytes: 512}),
 		func(c Chunk) error {
 			if !utf8.ValidString(c.Data) {
 				t.Errorf("invalid UTF-8 chunk %q", c.Data)

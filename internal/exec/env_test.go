@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
+	"airlock.dev/airlock/internal/pid1link"
 	"airlock.dev/airlock/internal/testutil/execserver"
 )
 
@@ -67,11 +68,29 @@ func newEnv(t testing.TB, p Protocol, mod func(*execserver.Options, *Options)) *
 	return &testEnv{srv: srv, eng: eng, home: home}
 }
 
+// keyed returns req with the server's supervisor key, as the gateway sets it from the Sandbox's status.
+func (e *testEnv) keyed(req Request) Request {
+	if req.SupervisorKey == "" {
+		req.SupervisorKey = e.srv.SupervisorKey()
+	}
+	return req
+}
+
+// someKey is a well-formed supervisor key no server holds, for engines whose exec never gets that far.
+var someKey = func() string {
+	id, err := pid1link.NewIdentity()
+	if err != nil {
+		panic(err)
+	}
+	return id.PublicKey()
+}()
+
 func (e *testEnv) run(t testing.TB, req Request) *Result {
 	t.Helper()
 	if req.Namespace == "" {
 		req.Namespace, req.Pod = "ns", "sandbox-0"
 	}
+	req = e.keyed(req)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := e.eng.Run(ctx, req)

@@ -59,7 +59,7 @@ func TestEngineFallsBackToSPDY(t *testing.T) {
 
 	// Forced WebSocket does not fall back: nothing ran.
 	ws := newEnv(t, ProtocolWebSocket, func(so *execserver.Options, _ *Options) { so.DisableWebSocket = true })
-	_, err := ws.eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}})
+	_, err := ws.eng.Run(t.Context(), ws.keyed(Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}}))
 	if !errors.Is(err, ErrNotStarted) || ws.srv.SPDYRequests.Load() != 0 {
 		t.Fatalf("err %v, spdy %d", err, ws.srv.SPDYRequests.Load())
 	}
@@ -77,7 +77,7 @@ func TestEngineNotStarted(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(string(p), func(t *testing.T) {
 			env := newEnv(t, p, func(so *execserver.Options, _ *Options) { so.Pods = []string{"exists"} })
-			res, err := env.eng.Run(t.Context(), Request{Namespace: "ns", Pod: "missing", Argv: []string{"true"}})
+			res, err := env.eng.Run(t.Context(), env.keyed(Request{Namespace: "ns", Pod: "missing", Argv: []string{"true"}}))
 			if !errors.Is(err, ErrNotStarted) || res != nil {
 				t.Fatalf("res %+v err %v", res, err)
 			}
@@ -91,7 +91,7 @@ func TestEngineNotStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}}); !errors.Is(err, ErrNotStarted) {
+	if _, err := eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", SupervisorKey: someKey, Argv: []string{"true"}}); !errors.Is(err, ErrNotStarted) {
 		t.Fatalf("unreachable server: %v", err)
 	}
 }
@@ -112,7 +112,7 @@ func TestEngineForbiddenExec(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}})
+		res, err := eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", SupervisorKey: someKey, Argv: []string{"true"}})
 		if res != nil || !errors.Is(err, ErrNotStarted) || !errors.Is(err, ErrForbidden) {
 			t.Errorf("%s: res %+v err %v, want ErrNotStarted and ErrForbidden", p, res, err)
 		}
@@ -130,7 +130,7 @@ func TestEngineRuntimeStartFailure(t *testing.T) {
 				eo.RuntimeStartRetry = 2 * time.Second
 			})
 			start := time.Now()
-			res, err := env.eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}})
+			res, err := env.eng.Run(t.Context(), env.keyed(Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}}))
 			if res != nil || !errors.Is(err, ErrNotStarted) || !errors.Is(err, ErrRuntimeStart) {
 				t.Fatalf("want ErrNotStarted + ErrRuntimeStart, got %+v, %v", res, err)
 			}
@@ -151,7 +151,7 @@ func TestEngineRuntimeStartRetried(t *testing.T) {
 			env := newEnv(t, p, func(so *execserver.Options, _ *Options) { so.Rewrite[DefaultWrapperPath] = late })
 			timer := time.AfterFunc(700*time.Millisecond, func() { _ = os.Symlink(wrapperBin, late) })
 			defer timer.Stop()
-			res, err := env.eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: "echo ran >> runs; cat runs"})
+			res, err := env.eng.Run(t.Context(), env.keyed(Request{Namespace: "ns", Pod: "p", Shell: "echo ran >> runs; cat runs"}))
 			if err != nil || res.ExitCode != 0 || res.Stdout != "ran\n" {
 				t.Fatalf("want one run after retries, got %+v, %v", res, err)
 			}

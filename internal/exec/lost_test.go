@@ -1,12 +1,17 @@
 package exec
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"airlock.dev/airlock/internal/pid1link"
 
 	"airlock.dev/airlock/internal/testutil/execserver"
 	"airlock.dev/airlock/internal/testutil/sleepers"
@@ -35,17 +40,38 @@ func waitSleepers(arg string, n int) error {
 	return nil
 }
 
-// An exec that ends with a success status but no trailer (client-go reports
-// an empty status as success too) must not become "exited 0".
-func TestEngineEmptyStatusIsNotSuccess(t *testing.T) {
+// A process that holds the exec stream (a command that opened the client's
+// /proc/PID/fd/0 and 1 before it made itself undumpable) may answer on it
+// whatever it likes, speaking the session protocol perfectly: without the
+// attested key its answer never becomes an outcome. Fails with the key pin
+// taken out of pid1link.ClientTLS, and with TLS taken out of the session
+// (each checked once: "forged" then came back as the command's exit 0).
+func TestEngineForgedAnswerIsNoOutcome(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(string(p), func(t *testing.T) {
-			env := newEnv(t, p, fakeWrapper(t, "echo some output; exit 0"))
-			res := env.run(t, Request{Argv: []string{"true"}})
-			if res.Outcome != OutcomeSandboxLost || res.ExitCode != -1 || res.Stdout != "some output\n" {
-				t.Fatalf("%+v", res)
+			env := newEnv(t, p, fakeWrapper(t, "exec "+wrapperBin+" forge"))
+			res, err := env.eng.Run(t.Context(), env.keyed(Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}}))
+			if res != nil || !errors.Is(err, ErrNotStarted) || !errors.Is(err, pid1link.ErrWrongKey) {
+				t.Fatalf("a forged answer was taken: %+v, %v", res, err)
 			}
 		})
+	}
+}
+
+// The engine talks only to the holder of the key the Sandbox's status records:
+// another PID 1 (another key) gets no command.
+func TestEngineRefusesAnotherKey(t *testing.T) {
+	env := newEnv(t, ProtocolAuto, nil)
+	made := filepath.Join(env.home, "ran")
+	res, err := env.eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", SupervisorKey: someKey, Shell: "touch " + made})
+	if res != nil || !errors.Is(err, ErrNotStarted) || !errors.Is(err, pid1link.ErrWrongKey) {
+		t.Fatalf("want ErrWrongKey, got %+v, %v", res, err)
+	}
+	if _, err := os.Stat(made); err == nil {
+		t.Fatal("the command ran for a session with the wrong key")
+	}
+	if _, err := env.eng.Run(t.Context(), Request{Namespace: "ns", Pod: "p", Argv: []string{"true"}}); !errors.Is(err, ErrNoSupervisorKey) {
+		t.Fatalf("without a key: %v", err)
 	}
 }
 
@@ -57,7 +83,7 @@ func TestEngineStreamLossKillsTree(t *testing.T) {
 			env := newEnv(t, p, nil)
 			s := sleepers.Unique(t)
 			dropped := make(chan error, 1)
-			res, err := env.eng.Stream(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: "echo started; setsid sleep " + s + " & sleep " + s},
+			res, err := env.eng.Stream(t.Context(), env.keyed(Request{Namespace: "ns", Pod: "p", Shell: "echo started; setsid sleep " + s + " & sleep " + s}),
 				func(c Chunk) error {
 					if strings.Contains(c.Data, "started") {
 						go func() {
@@ -87,7 +113,7 @@ func TestEngineStreamLossBrokenPipeKillsTree(t *testing.T) {
 	env := newEnv(t, ProtocolSPDY, nil)
 	s := sleepers.Unique(t)
 	dropped := make(chan error, 1)
-	res, err := env.eng.Stream(t.Context(), Request{Namespace: "ns", Pod: "p", Shell: "sleep " + s + " & while :; do echo tick; sleep 0.05; done"},
+	res, err := env.eng.Stream(t.Context(), env.keyed(Request{Namespace: "ns", Pod: "p", Shell: "sleep " + s + " & while :; do echo tick; sleep 0.05; done"}),
 		func(c Chunk) error {
 			if c.Offset == 0 {
 				go func() {
@@ -109,17 +135,19 @@ func TestEngineStreamLossBrokenPipeKillsTree(t *testing.T) {
 	sleepers.WaitNone(t, s, 5*time.Second)
 }
 
-// A stream that hangs (no trailer, no end) is cut at timeout + grace + margin.
+// A sandbox that stops answering (its PID 1 frozen) is cut at timeout + grace
+// + margin: sandbox_lost, never a hang.
 func TestEngineClientDeadline(t *testing.T) {
-	env := newEnv(t, ProtocolAuto, func(so *execserver.Options, eo *Options) {
-		fakeWrapper(t, "exec sleep 30")(so, eo)
+	env := newEnv(t, ProtocolAuto, func(_ *execserver.Options, eo *Options) {
 		eo.Grace, eo.DeadlineMargin = 100*time.Millisecond, 400*time.Millisecond
 	})
-	t.Cleanup(func() { env.srv.DropConnections(true) })
+	pid1 := env.srv.SupervisorPID()
+	t.Cleanup(func() { _ = syscall.Kill(pid1, syscall.SIGCONT) })
 	start := time.Now()
-	res := env.run(t, Request{Argv: []string{"true"}, Timeout: 500 * time.Millisecond})
-	if res.Outcome != OutcomeSandboxLost || !strings.Contains(res.Detail, "deadline") {
-		t.Fatalf("%+v", res)
+	res, err := env.eng.Stream(t.Context(), env.keyed(Request{Namespace: "ns", Pod: "p", Shell: "echo go; sleep 5", Timeout: 500 * time.Millisecond}),
+		func(c Chunk) error { return syscall.Kill(pid1, syscall.SIGSTOP) })
+	if err != nil || res.Outcome != OutcomeSandboxLost || !strings.Contains(res.Detail, "deadline") {
+		t.Fatalf("%+v, %v", res, err)
 	}
 	if d := time.Since(start); d < time.Second || d > 5*time.Second {
 		t.Fatalf("deadline after %v", d)
@@ -131,7 +159,7 @@ func TestEngineCallerCancel(t *testing.T) {
 	env := newEnv(t, ProtocolAuto, nil)
 	s := sleepers.Unique(t)
 	ctx, cancel := contextWithCancel(t)
-	res, err := env.eng.Stream(ctx, Request{Namespace: "ns", Pod: "p", Shell: "echo go; sleep " + s}, func(c Chunk) error {
+	res, err := env.eng.Stream(ctx, env.keyed(Request{Namespace: "ns", Pod: "p", Shell: "echo go; sleep " + s}), func(c Chunk) error {
 		cancel()
 		return nil
 	})
@@ -143,14 +171,28 @@ func TestEngineCallerCancel(t *testing.T) {
 }
 
 // The exec URL (which the API server's audit log records) carries a fixed
-// argv: the command, its env and the nonce travel on stdin.
-func TestEngineCommandNotInURL(t *testing.T) {
-	env := newEnv(t, ProtocolAuto, fakeWrapper(t, `echo "ARGS:$*"; head -c 9; echo; cat >/dev/null`))
-	res := env.run(t, Request{Shell: "echo SECRET-COMMAND", Env: map[string]string{"TOKEN": "SECRET-ENV"}})
-	if res.Stdout != "ARGS:exec\nAIRLOCK1 \n" {
-		t.Fatalf("the wrapper was exec'd with %q", res.Stdout)
+// argv, and the exec stream carries only ciphertext: the command, its env and
+// its output are readable neither in the URL nor by a process that taps the
+// stream in the sandbox (here a tee on each side of the client). Fails with
+// the session's TLS taken out of pid1link (checked once).
+func TestEngineRequestOnlyInsideTheSession(t *testing.T) {
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in.bin"), filepath.Join(dir, "out.bin")
+	env := newEnv(t, ProtocolAuto, fakeWrapper(t, `[ "$*" = connect ] || exit 2; tee `+in+` | `+wrapperBin+` connect | tee `+out))
+	res := env.run(t, Request{Shell: "echo SECRET-COMMAND-OUTPUT; echo $TOKEN", Env: map[string]string{"TOKEN": "SECRET-ENV"}})
+	if res.Outcome != OutcomeExited || res.Stdout != "SECRET-COMMAND-OUTPUT\nSECRET-ENV\n" {
+		t.Fatalf("the tapped session did not work: %+v", res)
 	}
-	u, err := execURL(env.srv.RESTConfig(), &Request{Namespace: "ns", Pod: "p", Shell: "echo SECRET-COMMAND"}, []string{DefaultWrapperPath, "exec"})
+	for _, f := range []string{in, out} {
+		b, err := os.ReadFile(f)
+		if err != nil || len(b) < 100 {
+			t.Fatalf("tap %s: %d bytes, %v", f, len(b), err)
+		}
+		if bytes.Contains(b, []byte("SECRET")) {
+			t.Fatalf("the stream carried plaintext (%s): %q", f, b)
+		}
+	}
+	u, err := execURL(env.srv.RESTConfig(), &Request{Namespace: "ns", Pod: "p", Shell: "echo SECRET-COMMAND"}, []string{DefaultWrapperPath, "connect"})
 	if err != nil || strings.Contains(u.String(), "SECRET") {
 		t.Fatalf("%v %v", u, err)
 	}

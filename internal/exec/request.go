@@ -21,6 +21,9 @@ type Request struct {
 	Pod       string
 	// Container may be empty when the pod has one container.
 	Container string
+	// SupervisorKey is the key the sandbox's PID 1 attested (Sandbox
+	// status.supervisorKey): the engine talks only to its holder.
+	SupervisorKey string
 	// Exactly one of Argv and Shell: Argv runs as is (looked up in the
 	// container's PATH); Shell runs with /bin/sh -c (error if the image has no
 	// /bin/sh). Both travel on the exec's stdin, never in the URL (which the
@@ -151,11 +154,11 @@ func (r *Request) stdin() io.Reader {
 // ErrInvalidRequest wraps every Request validation error.
 var ErrInvalidRequest = errors.New("invalid exec request")
 
-// wrapperConfig is the run request the client in the container reads from
-// its stdin; the exec's argv is fixed (WRAPPER exec) and carries no secret.
-func wrapperConfig(r *Request, id, nonce string, timeout, grace time.Duration, outDir string) runwrap.Config {
+// wrapperConfig is the run request PID 1 gets inside the session; the exec's
+// argv is fixed (WRAPPER connect) and carries no secret.
+func wrapperConfig(r *Request, id string, timeout, grace time.Duration, outDir string) runwrap.Config {
 	c := runwrap.Config{
-		ID: id, Nonce: nonce, Timeout: timeout, Grace: grace, StallTimeout: runwrap.DefaultStallTimeout,
+		ID: id, Timeout: timeout, Grace: grace, StallTimeout: runwrap.DefaultStallTimeout,
 		Cwd: r.Cwd, Shell: r.Shell, Argv: r.Argv, NoStdin: !r.hasStdin(), OutDir: outDir, Keep: runwrap.DefaultKeep,
 		MaxOutput: r.MaxOutputBytes, KeepLeftovers: r.KeepBackground,
 	}
@@ -168,17 +171,4 @@ func wrapperConfig(r *Request, id, nonce string, timeout, grace time.Duration, o
 		c.Env = append(c.Env, k+"="+r.Env[k])
 	}
 	return c
-}
-
-// framedStdin is what the exec's stdin carries: the request frame, then the
-// command's own stdin, if any.
-func framedStdin(v any, rest io.Reader) (io.Reader, error) {
-	var b bytes.Buffer
-	if err := runwrap.WriteFrame(&b, v); err != nil {
-		return nil, err
-	}
-	if rest == nil {
-		return &b, nil
-	}
-	return io.MultiReader(&b, rest), nil
 }

@@ -329,6 +329,7 @@ func (g *gw) markReady(tb testing.TB, ns, id string) {
 	now := metav1.Now()
 	sb.Status.Phase = airlockv1.PhaseReady
 	sb.Status.PodName = id
+	sb.Status.SupervisorKey = g.exec.SupervisorKey()
 	sb.Status.StartedAt = &now
 	sb.Status.MaxTimeout = &metav1.Duration{Duration: 2 * time.Hour}
 	sb.Status.Conditions = []metav1.Condition{{Type: airlockv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Running", LastTransitionTime: now}}

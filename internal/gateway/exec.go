@@ -14,7 +14,6 @@ import (
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
-	"airlock.dev/airlock/internal/sandbox"
 )
 
 // ExecResponse is the result of a command. exit_code, duration_ms, stdout, stderr and truncated keep the
@@ -194,17 +193,9 @@ func (s *Server) readySandbox(ctx context.Context, p auth.Principal, id string) 
 // execRequest turns the API request into the engine's, with the sandbox's defaults.
 func (s *Server) execRequest(ctx context.Context, sb *airlockv1.Sandbox, req *ExecRequest) exec.Request {
 	wd := workingDir(sb)
-	xr := exec.Request{
-		Namespace: sb.Namespace,
-		Pod:       podName(sb),
-		Container: sandbox.ContainerName,
-		Argv:      req.Argv,
-		Shell:     req.Command,
-		Cwd:       wd,
-		Env:       s.execEnv(ctx, sb, req.Env),
-		Timeout:   DefaultExecTimeout * time.Millisecond,
-		KeepBytes: int(s.outputBudget(ctx, sb)),
-	}
+	xr := s.target(sb)
+	xr.Argv, xr.Shell, xr.Cwd, xr.Env = req.Argv, req.Command, wd, s.execEnv(ctx, sb, req.Env)
+	xr.Timeout, xr.KeepBytes = DefaultExecTimeout*time.Millisecond, int(s.outputBudget(ctx, sb))
 	if req.Cwd != "" {
 		xr.Cwd = req.Cwd
 		if !strings.HasPrefix(req.Cwd, "/") {

@@ -38,7 +38,6 @@ import (
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
-	"airlock.dev/airlock/internal/sandbox"
 )
 
 const (
@@ -73,11 +72,9 @@ func (s *Server) runTool(ctx context.Context, sb *airlockv1.Sandbox, argv []stri
 // streamTool runs argv in the sandbox, passing its stdout (at most limit bytes, else 413) to onStdout.
 func (s *Server) streamTool(ctx context.Context, sb *airlockv1.Sandbox, argv []string, stdin io.Reader, limit int64, onStdout func([]byte) error) (*exec.Result, *Error) {
 	var consumerErr error
-	req := exec.Request{
-		Namespace: sb.Namespace, Pod: podName(sb), Container: sandbox.ContainerName,
-		Argv: argv, Cwd: workingDir(sb), StdinReader: stdin, Timeout: fileOpTimeout,
-		KeepBytes: exec.MinKeepBytes, MaxOutputBytes: limit + 64<<10,
-	}
+	req := s.target(sb)
+	req.Argv, req.Cwd, req.StdinReader, req.Timeout = argv, workingDir(sb), stdin, fileOpTimeout
+	req.KeepBytes, req.MaxOutputBytes = exec.MinKeepBytes, limit+64<<10
 	res, err := s.opts.Engine.Stream(ctx, req, func(c exec.Chunk) error {
 		if c.Stream != "stdout" {
 			return nil

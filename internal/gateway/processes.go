@@ -147,8 +147,10 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, p auth.
 	writeJSON(w, http.StatusAccepted, viewOfProcess(info))
 }
 
+// target is the engine's address of sb's supervisor: its pod's container and the key its PID 1 attested.
 func (s *Server) target(sb *airlockv1.Sandbox) exec.Request {
-	return exec.Request{Namespace: sb.Namespace, Pod: podName(sb), Container: sandbox.ContainerName}
+	return exec.Request{Namespace: sb.Namespace, Pod: podName(sb), Container: sandbox.ContainerName,
+		SupervisorKey: sb.Status.SupervisorKey}
 }
 
 // processCall is the common part of the process endpoints: a ready sandbox of the caller's, an exec slot, and
@@ -164,7 +166,7 @@ func (s *Server) processCall(w http.ResponseWriter, r *http.Request, p auth.Prin
 		return nil, nil, "", nil, false
 	}
 	pid := r.PathValue("pid")
-	if pid != "" && !runwrap.ValidNonce(pid) {
+	if pid != "" && !runwrap.ValidID(pid) {
 		writeError(w, notFound("process "+strconv.Quote(pid)))
 		return nil, nil, "", nil, false
 	}

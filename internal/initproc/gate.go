@@ -119,40 +119,52 @@ func (g *gateConfig) check() error {
 	return nil
 }
 
+// gateResult is what the gate saw: PID 1 attests it (package attestation).
+type gateResult struct {
+	kernel      string
+	marker      bool
+	target      string
+	gate        Gate
+	proxyTarget string
+}
+
 // run proves the runtime's isolation, then waits until the network policy is in effect, and says what it saw
 // on log (the container's log). Its error goes into the termination log as well, so it shows in the Sandbox.
-func (g *gateConfig) run(log io.Writer) error {
+func (g *gateConfig) run(log io.Writer) (*gateResult, error) {
 	kernel, err := kernelRelease()
 	if err != nil {
-		return fmt.Errorf("reading the kernel release: %w", err)
+		return nil, fmt.Errorf("reading the kernel release: %w", err)
 	}
 	marker := hasGVisorMarker(g.marker)
 	if err := g.checkRuntime(kernel, marker); err != nil {
-		return err
+		return nil, err
 	}
+	res := &gateResult{kernel: kernel, marker: marker}
 	if err := g.checkTarget(); err != nil {
-		return err
+		return nil, err
 	}
 	if g.host == "" { // only outside a pod (PID1ForTests)
 		fmt.Fprintf(log, "airlock-init: kernel %s, gVisor marker %t; no network gate\n", kernel, marker)
-		return nil
+		return res, nil
 	}
-	target := net.JoinHostPort(g.host, strconv.Itoa(g.port))
-	gate, took, err := WaitBlocked(&net.Dialer{Timeout: 150 * time.Millisecond}, target, g.timeout)
+	res.target = net.JoinHostPort(g.host, strconv.Itoa(g.port))
+	gate, took, err := WaitBlocked(&net.Dialer{Timeout: 150 * time.Millisecond}, res.target, g.timeout)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	res.gate = gate
 	proxy := ""
 	if g.proxyTarget != "" {
 		// Only after the block: before the policy applies everything is reachable, which proves nothing.
 		if err := WaitReachable(&net.Dialer{Timeout: time.Second}, g.proxyTarget, max(g.timeout-took, time.Second)); err != nil {
-			return err
+			return nil, err
 		}
+		res.proxyTarget = g.proxyTarget
 		proxy = ", egress proxy " + g.proxyTarget + " reached"
 	}
 	fmt.Fprintf(log, "airlock-init: kernel %s, gVisor marker %t; network isolation in effect after %s: %s %s%s\n",
-		kernel, marker, took.Round(time.Millisecond), target, gate, proxy)
-	return nil
+		kernel, marker, took.Round(time.Millisecond), res.target, gate, proxy)
+	return res, nil
 }
 
 // checkRuntime refuses a runtime that is not the isolation the RuntimeClass promised: gVisor proves itself by
@@ -253,80 +265,4 @@ func writeTerminationLog(stderr io.Writer, path, msg string) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintln(stderr, "airlock-init: writing termination log:", err)
 	}
-}
-
-// readyServer is the readiness port: the kubelet's httpGet probe. It listens from PID 1's start, and holds each
-// request until the gate passed (then 200) or for holdFor (then 503): so the kubelet's first probe, made as soon
-// as it sees the container run, is answered the moment the gate passes instead of failing and waiting for the
-// next period. It reads at most a request's head and sends a fixed answer, nothing else.
-type readyServer struct {
-	ln      net.Listener
-	passed  chan struct{}
-	holdFor time.Duration
-	log     io.Writer
-}
-
-const (
-	// readyHold is below the probe's timeoutSeconds (internal/sandbox), and short: a probe that never gets an
-	// answer costs its whole timeout before the next one, and a held one that ends in 503 only a moment.
-	readyHold      = 1500 * time.Millisecond
-	readyHeadLimit = 4 << 10
-	readyOK        = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\ngate passed\n"
-	readyPending   = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 13\r\nConnection: close\r\n\r\ngate pending\n"
-)
-
-// listenReady opens the readiness port (nil without one).
-func listenReady(port int, log io.Writer) (*readyServer, error) {
-	if port == 0 {
-		return nil, nil
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
-	if err != nil {
-		return nil, fmt.Errorf("opening the readiness port: %w", err)
-	}
-	s := &readyServer{ln: ln, passed: make(chan struct{}), holdFor: readyHold, log: log}
-	go s.serve()
-	return s, nil
-}
-
-// pass says the gate passed: held and later requests get 200.
-func (s *readyServer) pass() {
-	if s != nil {
-		close(s.passed)
-	}
-}
-
-func (s *readyServer) serve() {
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				fmt.Fprintln(s.log, "airlock-init pid1: readiness port:", err)
-			}
-			return
-		}
-		go s.answer(c)
-	}
-}
-
-// answer reads the request's head (bounded in size and time), then answers once the gate passed or holdFor ends.
-func (s *readyServer) answer(c net.Conn) {
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(s.holdFor + time.Second))
-	head := make([]byte, 0, 512)
-	buf := make([]byte, 512)
-	for !strings.Contains(string(head), "\r\n\r\n") {
-		n, err := c.Read(buf)
-		if err != nil || len(head)+n > readyHeadLimit {
-			return
-		}
-		head = append(head, buf[:n]...)
-	}
-	reply := readyOK
-	select {
-	case <-s.passed:
-	case <-time.After(s.holdFor):
-		reply = readyPending
-	}
-	_, _ = io.WriteString(c, reply)
 }

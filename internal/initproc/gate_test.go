@@ -2,6 +2,7 @@ package initproc
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -119,8 +121,12 @@ func TestGateLogsWhatItSaw(t *testing.T) {
 	host, port, _ := net.SplitHostPort(l.Addr().String())
 	l.Close() // a closed port: refused
 	var log bytes.Buffer
-	if err := gateOf(t, "--gate-host", host, "--gate-port", port, "--gate-timeout", "5s").run(&log); err != nil {
+	seen, err := gateOf(t, "--gate-host", host, "--gate-port", port, "--gate-timeout", "5s").run(&log)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if seen.target != net.JoinHostPort(host, port) || seen.gate != GateRefused {
+		t.Errorf("the gate reports %+v, want %s refused", seen, net.JoinHostPort(host, port))
 	}
 	kernel, _ := kernelRelease()
 	if want := fmt.Sprintf("kernel %s, gVisor marker false; network isolation in effect after", kernel); !strings.Contains(log.String(), want) ||
@@ -145,7 +151,7 @@ func TestGateReachesTheProxyAfterTheBlock(t *testing.T) {
 	defer proxy.Close()
 	run := func(proxyTarget string) (string, error) {
 		var log bytes.Buffer
-		err := gateOf(t, "--gate-host", host, "--gate-port", port, "--gate-timeout", "1s", "--proxy-target", proxyTarget).run(&log)
+		_, err := gateOf(t, "--gate-host", host, "--gate-port", port, "--gate-timeout", "1s", "--proxy-target", proxyTarget).run(&log)
 		return log.String(), err
 	}
 	if log, err := run(proxy.Addr().String()); err != nil || !strings.Contains(log, "egress proxy "+proxy.Addr().String()+" reached") {
@@ -183,7 +189,7 @@ func TestGateChecksTheRuntime(t *testing.T) {
 			}
 			g := gateOf(t, tc.args...)
 			g.marker = marker
-			err := g.run(io.Discard)
+			_, err := g.run(io.Discard)
 			if got := err != nil && strings.HasPrefix(err.Error(), RuntimeMismatchPrefix); got != tc.mismatch || (err != nil && !got) {
 				t.Errorf("err %v, want mismatch %v", err, tc.mismatch)
 			}
@@ -301,7 +307,8 @@ func fullBacklogListener(t *testing.T) string {
 }
 
 // A probe not answered within the hold gets 503, so the kubelet counts a failure and asks again; one made after
-// the gate passed gets 200 at once; a request that never ends its head gets nothing.
+// the gate passed gets 200 at once, or 503 while the supervisor cannot accept sessions; a request that never ends
+// its head gets nothing.
 func TestReadyServerHoldsThenAnswers(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -328,10 +335,21 @@ func TestReadyServerHoldsThenAnswers(t *testing.T) {
 	if code, took := get(); code != http.StatusServiceUnavailable || took < 300*time.Millisecond {
 		t.Errorf("before the gate: %d after %s, want 503 after the hold", code, took)
 	}
-	s.pass()
+	var unhealthy atomic.Bool
+	s.pass(func() error {
+		if unhealthy.Load() {
+			return errors.New("cannot accept sessions")
+		}
+		return nil
+	})
 	if code, took := get(); code != http.StatusOK || took > time.Second {
 		t.Errorf("after the gate: %d after %s, want 200 at once", code, took)
 	}
+	unhealthy.Store(true)
+	if code, _ := get(); code != http.StatusServiceUnavailable {
+		t.Errorf("with the supervisor unhealthy: %d, want 503", code)
+	}
+	unhealthy.Store(false)
 	c, err := net.Dial("tcp", "127.0.0.1:"+port)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"airlock.dev/airlock/internal/attestation"
+	"airlock.dev/airlock/internal/pid1link"
 	"airlock.dev/airlock/internal/runwrap"
 )
 
@@ -18,8 +20,12 @@ import (
 // PID 1 is the one process a command cannot kill with kill -9 -1 and it outlives every exec. It also reaps
 // orphans (background jobs, daemonised servers), or the sandbox fills with zombies until its pid limit is hit.
 // Its memory guard kills the largest command before the sandbox nears its memory limit, so one greedy command
-// does not cost the sandbox (runwrap.MemoryGuard). It is not dumpable, so commands (same uid) cannot read the runs' nonces or open the exec streams it holds
-// through /proc. It exits 0 on SIGTERM or SIGINT, so pod deletion is quick.
+// does not cost the sandbox (runwrap.MemoryGuard). It is not dumpable, so commands (same uid) cannot read its
+// session key, the runs' requests or the streams it holds through /proc. It exits 0 on SIGTERM or SIGINT, so pod
+// deletion is quick.
+//
+// Before it serves, it attests (package attestation): one line on its log with its session key (pid1link) and
+// what its gate saw, which the controller checks and records; the gateway then talks only to this key's holder.
 //
 // Before it serves any command it runs the gate (gate.go): the runtime must be the isolation its RuntimeClass
 // promised and the sandbox's NetworkPolicy must be in effect. Until then its socket does not exist, so no
@@ -55,6 +61,12 @@ func PID1(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock-init pid1: PR_SET_DUMPABLE: %v\n", err)
 		return 1
 	}
+	// The session key exists before any command can: none can have seen it.
+	id, err := pid1link.NewIdentity()
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock-init pid1: %v\n", err)
+		return 1
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
@@ -63,24 +75,36 @@ func PID1(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock-init pid1: %v\n", err)
 		return 1
 	}
-	gated := make(chan error, 1)
-	go func() { gated <- gate.run(stderr) }()
-	for waiting := true; waiting; {
+	type gated struct {
+		res *gateResult
+		err error
+	}
+	gateDone := make(chan gated, 1)
+	go func() {
+		res, err := gate.run(stderr)
+		gateDone <- gated{res, err}
+	}()
+	var seen *gateResult
+	for seen == nil {
 		select {
 		case sig := <-sigs:
 			if sig != syscall.SIGCHLD {
 				return 0
 			}
-		case err := <-gated:
-			if err != nil {
-				fmt.Fprintln(stderr, "airlock-init:", err)
-				writeTerminationLog(stderr, gate.termLog, err.Error())
+		case g := <-gateDone:
+			if g.err != nil {
+				fmt.Fprintln(stderr, "airlock-init:", g.err)
+				writeTerminationLog(stderr, gate.termLog, g.err.Error())
 				return 1
 			}
-			waiting = false
+			seen = g.res
 		}
 	}
-	sup := runwrap.NewSupervisor(stderr)
+	sup, err := runwrap.NewSupervisor(stderr, id)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock-init pid1: %v\n", err)
+		return 1
+	}
 	ln, err := runwrap.Listen()
 	if err != nil {
 		// Without it no command can run: fail loudly rather than look ready.
@@ -88,8 +112,13 @@ func PID1(args []string, stderr io.Writer) int {
 		return 1
 	}
 	defer ln.Close()
+	// Before readiness, which is when the controller reads it: no command can exist yet.
+	if err := attest(stderr, id, &gate, seen); err != nil {
+		fmt.Fprintf(stderr, "airlock-init pid1: %v\n", err)
+		return 1
+	}
 	// Last: the readiness port says the gate passed and commands are served.
-	ready.pass()
+	ready.pass(sup.Healthy)
 	if headroom, on, err := runwrap.ParseMemoryGuard(os.Getenv(runwrap.MemoryGuardEnv)); err != nil {
 		fmt.Fprintf(stderr, "airlock-init pid1: %v\n", err)
 		return 1
@@ -114,6 +143,19 @@ func PID1(args []string, stderr io.Writer) int {
 		sup.Reap()
 	}
 	return 0
+}
+
+// attest writes PID 1's attestation (package attestation) to log: its session key and what its gate saw.
+func attest(log io.Writer, id *pid1link.Identity, g *gateConfig, seen *gateResult) error {
+	line, err := attestation.Line(attestation.Statement{Key: id.PublicKey(), Isolation: g.expect, Kernel: seen.kernel,
+		GVisorMarker: seen.marker, GateTarget: seen.target, Gate: string(seen.gate), ProxyTarget: seen.proxyTarget})
+	if err != nil {
+		return err
+	}
+	if _, err := log.Write(line); err != nil {
+		return fmt.Errorf("write attestation: %w", err)
+	}
+	return nil
 }
 
 func setChildSubreaper() error {

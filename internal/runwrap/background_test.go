@@ -1,43 +1,19 @@
 package runwrap
 
 import (
-	"bytes"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"airlock.dev/airlock/internal/testutil/child"
 	"airlock.dev/airlock/internal/testutil/sleepers"
 )
 
-// ctl sends req through `airlock-init <name>` (exec or ctl) and returns the
-// supervisor's reply.
-func ctl(t *testing.T, name string, req any) Reply {
-	t.Helper()
-	var in, out bytes.Buffer
-	if err := WriteFrame(&in, req); err != nil {
-		t.Fatal(err)
-	}
-	cmd := child.DieWithParent(exec.Command(wrapperBin, name))
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = &in, &out, os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	var rep Reply
-	if err := ReadFrame(&out, &rep); err != nil {
-		t.Fatalf("%s output %q: %v", name, out.String(), err)
-	}
-	return rep
-}
-
 func startBackground(t *testing.T, shell string, timeout time.Duration) ProcInfo {
 	t.Helper()
-	cfg := Config{ID: nextID(), Nonce: testNonce, Keep: DefaultKeep, Grace: 200 * time.Millisecond,
+	cfg := Config{ID: nextID(), Keep: DefaultKeep, Grace: 200 * time.Millisecond,
 		Timeout: timeout, Shell: shell, OutDir: t.TempDir(), Background: true}
-	rep := ctl(t, "exec", &cfg)
+	rep := ctl(t, &Request{Op: OpRun, Config: cfg})
 	if rep.Error != "" || rep.Process == nil || !rep.Process.Running || rep.Process.PID == 0 || rep.Process.StdoutPath == "" {
 		t.Fatalf("background start: %+v", rep)
 	}
@@ -48,7 +24,7 @@ func startBackground(t *testing.T, shell string, timeout time.Duration) ProcInfo
 func waitOutput(t *testing.T, id, want string) Output {
 	t.Helper()
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		rep := ctl(t, "ctl", &Request{Op: OpOutput, Config: Config{ID: id}})
+		rep := ctl(t, &Request{Op: OpOutput, Config: Config{ID: id}})
 		if rep.Error != "" || rep.Output == nil {
 			t.Fatalf("output: %+v", rep)
 		}
@@ -70,15 +46,15 @@ func TestBackgroundRunStdinOutput(t *testing.T) {
 		t.Fatalf("start took %v", el)
 	}
 	o := waitOutput(t, p.ID, "ready\n")
-	if rep := ctl(t, "ctl", &Request{Op: OpStdin, Config: Config{ID: p.ID}, Data: []byte("one\ntwo\n")}); rep.Error != "" {
+	if rep := ctl(t, &Request{Op: OpStdin, Config: Config{ID: p.ID}, Data: []byte("one\ntwo\n")}); rep.Error != "" {
 		t.Fatalf("stdin: %+v", rep)
 	}
 	waitOutput(t, p.ID, "got two\n")
-	rep := ctl(t, "ctl", &Request{Op: OpOutput, Config: Config{ID: p.ID}, StdoutOffset: int64(len(o.Stdout))})
+	rep := ctl(t, &Request{Op: OpOutput, Config: Config{ID: p.ID}, StdoutOffset: int64(len(o.Stdout))})
 	if got := string(rep.Output.Stdout); got != "got one\ngot two\n" || string(rep.Output.Stderr) != "err one\nerr two\n" {
 		t.Fatalf("output from offset %d: stdout %q stderr %q", len(o.Stdout), got, rep.Output.Stderr)
 	}
-	list := ctl(t, "ctl", &Request{Op: OpList})
+	list := ctl(t, &Request{Op: OpList})
 	found := false
 	for _, q := range list.Processes {
 		found = found || q.ID == p.ID && q.Running && q.Background
@@ -86,14 +62,14 @@ func TestBackgroundRunStdinOutput(t *testing.T) {
 	if !found {
 		t.Fatalf("%s not listed as running: %+v", p.ID, list.Processes)
 	}
-	if rep := ctl(t, "ctl", &Request{Op: OpStdin, Config: Config{ID: p.ID}, EOF: true}); rep.Error != "" {
+	if rep := ctl(t, &Request{Op: OpStdin, Config: Config{ID: p.ID}, EOF: true}); rep.Error != "" {
 		t.Fatalf("close stdin: %+v", rep)
 	}
-	st := ctl(t, "status", &Request{Config: Config{ID: p.ID}, Wait: 5 * time.Second})
+	st := statusOf(t, Request{Config: Config{ID: p.ID}, Wait: 5 * time.Second})
 	if !st.Done || st.Trailer == nil || st.Trailer.ExitCode != 0 || st.Trailer.StdoutBytes != int64(len("ready\ngot one\ngot two\nbye\n")) {
 		t.Fatalf("after EOF on stdin: %+v", st.Trailer)
 	}
-	if rep := ctl(t, "ctl", &Request{Op: OpStdin, Config: Config{ID: p.ID}, Data: []byte("x")}); rep.Error == "" {
+	if rep := ctl(t, &Request{Op: OpStdin, Config: Config{ID: p.ID}, Data: []byte("x")}); rep.Error == "" {
 		t.Fatal("stdin of an ended process accepted")
 	}
 }
@@ -103,15 +79,15 @@ func TestBackgroundRunStdinOutput(t *testing.T) {
 func TestBackgroundSignalAndKill(t *testing.T) {
 	p := startBackground(t, `trap 'echo usr1' USR1; echo ready; while :; do sleep 0.05; done`, 0)
 	waitOutput(t, p.ID, "ready\n")
-	if rep := ctl(t, "ctl", &Request{Op: OpSignal, Config: Config{ID: p.ID}, Signal: "SIGUSR1"}); rep.Error != "" {
+	if rep := ctl(t, &Request{Op: OpSignal, Config: Config{ID: p.ID}, Signal: "SIGUSR1"}); rep.Error != "" {
 		t.Fatalf("signal: %+v", rep)
 	}
 	waitOutput(t, p.ID, "usr1\n")
-	if rep := ctl(t, "ctl", &Request{Op: OpSignal, Config: Config{ID: p.ID}, Signal: "SIGNOPE"}); rep.Error == "" {
+	if rep := ctl(t, &Request{Op: OpSignal, Config: Config{ID: p.ID}, Signal: "SIGNOPE"}); rep.Error == "" {
 		t.Fatal("an unknown signal was accepted")
 	}
-	ctl(t, "ctl", &Request{Op: OpKill, Config: Config{ID: p.ID}})
-	st := ctl(t, "status", &Request{Config: Config{ID: p.ID}, Wait: 5 * time.Second})
+	ctl(t, &Request{Op: OpKill, Config: Config{ID: p.ID}})
+	st := statusOf(t, Request{Config: Config{ID: p.ID}, Wait: 5 * time.Second})
 	if !st.Done || st.Trailer == nil || !st.Trailer.Killed || st.Trailer.StreamLost {
 		t.Fatalf("after kill: %+v", st.Trailer)
 	}
@@ -122,8 +98,8 @@ func TestBackgroundSignalAndKill(t *testing.T) {
 	if err := killPID(keeperOf(t, s)); err != nil {
 		t.Fatal(err)
 	}
-	ctl(t, "ctl", &Request{Op: OpKill, Config: Config{ID: p.ID}})
-	st = ctl(t, "status", &Request{Config: Config{ID: p.ID}, Wait: 5 * time.Second})
+	ctl(t, &Request{Op: OpKill, Config: Config{ID: p.ID}})
+	st = statusOf(t, Request{Config: Config{ID: p.ID}, Wait: 5 * time.Second})
 	if !st.Done || st.Trailer == nil || !st.Trailer.Killed {
 		t.Fatalf("kill after the keeper died: %+v", st.Trailer)
 	}
@@ -134,7 +110,7 @@ func TestBackgroundSignalAndKill(t *testing.T) {
 func TestBackgroundTimeout(t *testing.T) {
 	s := sleepers.Unique(t)
 	p := startBackground(t, "sleep "+s, 500*time.Millisecond)
-	st := ctl(t, "status", &Request{Config: Config{ID: p.ID}, Wait: 5 * time.Second})
+	st := statusOf(t, Request{Config: Config{ID: p.ID}, Wait: 5 * time.Second})
 	if !st.Done || st.Trailer == nil || !st.Trailer.TimedOut {
 		t.Fatalf("background timeout: %+v", st.Trailer)
 	}

@@ -7,104 +7,36 @@ import (
 	"time"
 )
 
-// ExecMain is `airlock-init exec`, the thin client the engine execs for each
-// command. It reads the request frame from stdin, hands it and its own stdio
-// descriptors to the supervisor in PID 1, and waits for the outcome. The
-// supervisor writes the command's output and the trailer straight to those
-// descriptors, so a command that kills this client (kill -9 -1 does) changes
-// nothing but the exec's status code.
-func ExecMain(args []string) int {
-	// First, before the request (and its nonce) is read: no same-uid
-	// process may read our memory or open our descriptors from now on.
+// ConnectMain is `airlock-init connect`, the client the gateway execs for a session: it hands its stdin and
+// stdout — the exec stream — to the supervisor in PID 1, which speaks the session's TLS on them itself
+// (pid1link), and waits until the session ends. It never reads or writes the stream: what a command could
+// learn or change through this process's /proc before it made itself undumpable is ciphertext. Killing it
+// (kill -9 -1 does) changes nothing but the exec's status: PID 1 holds the stream.
+func ConnectMain(args []string) int {
 	if err := setNotDumpable(); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock-init exec: %v\n", err)
-		return ExitWrapperError
+		return wrapperFailed(os.Stderr, err)
 	}
 	if len(args) != 0 {
-		fmt.Fprintln(os.Stderr, "airlock-init exec: takes no arguments (the request comes on stdin)")
+		fmt.Fprintln(os.Stderr, "airlock-init connect: takes no arguments")
 		return 2
-	}
-	var req Request
-	if err := ReadFrame(os.Stdin, &req.Config); err != nil {
-		return wrapperFailed("", os.Stderr, fmt.Errorf("read request: %w", err))
-	}
-	req.Op = OpRun
-	if err := req.validate(); err != nil {
-		return wrapperFailed(req.Nonce, os.Stderr, err)
 	}
 	c, err := dialSupervisor()
 	if err != nil {
-		return wrapperFailed(req.Nonce, os.Stderr, err)
+		return wrapperFailed(os.Stderr, err)
 	}
 	defer c.Close()
-	if req.Background {
-		// PID 1 answers once the command started; the reply is our output.
-		return relay(c, &req, "exec")
+	if err := sendFrameFiles(c, &Request{Op: OpSession}, []*os.File{os.Stdin, os.Stdout}); err != nil {
+		return wrapperFailed(os.Stderr, err)
 	}
-	files := []*os.File{os.Stdout, os.Stderr}
-	if !req.NoStdin {
-		files = append(files, os.Stdin)
-	}
-	if err := sendFrameFiles(c, &req, files); err != nil {
-		return wrapperFailed(req.Nonce, os.Stderr, err)
-	}
+	// Our copies are not needed: the exec ends once PID 1 closes its own.
+	_ = os.Stdin.Close()
+	_ = os.Stdout.Close()
 	var rep Reply
 	if err := ReadFrame(c, &rep); err != nil {
-		// The supervisor never drops a client it accepted: this is PID 1
-		// going away, and with it the sandbox.
-		fmt.Fprintf(os.Stderr, "airlock-init exec: lost the supervisor: %v\n", err)
-		return ExitWrapperError
+		return wrapperFailed(os.Stderr, fmt.Errorf("lost the supervisor: %w", err))
 	}
 	if rep.Error != "" {
-		return wrapperFailed(req.Nonce, os.Stderr, fmt.Errorf("supervisor: %s", rep.Error))
-	}
-	return rep.Code
-}
-
-// ControlMain is `airlock-init status` and `airlock-init ctl`: the request
-// frame on stdin asks about known runs (status, or for ctl the frame's op:
-// list, output, stdin, signal, kill); the supervisor's Reply is printed on
-// stdout as a frame.
-func ControlMain(name string, args []string) int {
-	if len(args) != 0 {
-		fmt.Fprintf(os.Stderr, "airlock-init %s: takes no arguments (the request comes on stdin)\n", name)
-		return 2
-	}
-	var req Request
-	if err := ReadFrame(os.Stdin, &req); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock-init %s: read request: %v\n", name, err)
-		return 2
-	}
-	switch {
-	case name == "status":
-		req.Op = OpStatus
-	case req.Op == OpStatus, req.Op == OpList, req.Op == OpOutput, req.Op == OpStdin, req.Op == OpSignal, req.Op == OpKill:
-	default:
-		fmt.Fprintf(os.Stderr, "airlock-init %s: unknown op %q\n", name, req.Op)
-		return 2
-	}
-	c, err := dialSupervisor()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "airlock-init %s: %v\n", name, err)
-		return ExitWrapperError
-	}
-	defer c.Close()
-	return relay(c, &req, name)
-}
-
-// relay sends req to the supervisor and prints its reply on stdout.
-func relay(c *net.UnixConn, req *Request, name string) int {
-	if err := sendFrameFiles(c, req, nil); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock-init %s: %v\n", name, err)
-		return ExitWrapperError
-	}
-	var rep Reply
-	if err := ReadFrame(c, &rep); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock-init %s: %v\n", name, err)
-		return ExitWrapperError
-	}
-	if err := WriteFrame(os.Stdout, &rep); err != nil {
-		return ExitWrapperError
+		return wrapperFailed(os.Stderr, fmt.Errorf("session: %s", rep.Error))
 	}
 	return 0
 }

@@ -15,14 +15,13 @@ const (
 	ShellPath = "/bin/sh"
 )
 
-// Config is one command as the engine asks for it. It travels as JSON on the
-// client's stdin, to the supervisor in PID 1 and on to the run's keeper, never
-// in argv or the environment, so a command cannot read it from /proc.
+// Config is one command as the engine asks for it. It travels inside the
+// session's TLS to PID 1 and on to the run's keeper over a socket, never in
+// argv or the environment, so a command cannot read it from /proc.
 type Config struct {
 	// ID names the run in the supervisor's registry (its outcome can be read
-	// back with OpStatus); same alphabet as the nonce.
+	// back with OpStatus): 16-128 characters of [A-Za-z0-9_-].
 	ID            string        `json:"id"`
-	Nonce         string        `json:"nonce"`
 	Timeout       time.Duration `json:"timeout"`
 	Grace         time.Duration `json:"grace"`
 	StallTimeout  time.Duration `json:"stall_timeout"`
@@ -42,17 +41,15 @@ type Config struct {
 	Background bool `json:"background,omitempty"`
 }
 
-var nonceRE = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
+var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
 
-// ValidNonce reports whether s may be used as a trailer nonce: 16 to 128
-// characters of [A-Za-z0-9_-], so it never needs quoting or escaping.
-func ValidNonce(s string) bool { return nonceRE.MatchString(s) }
+// ValidID reports whether s may name a run: 16 to 128 characters of
+// [A-Za-z0-9_-], so it never needs quoting or escaping.
+func ValidID(s string) bool { return idRE.MatchString(s) }
 
 func (c *Config) validate() error {
 	switch {
-	case !ValidNonce(c.Nonce):
-		return errors.New("nonce: want 16-128 characters of [A-Za-z0-9_-]")
-	case !ValidNonce(c.ID):
+	case !ValidID(c.ID):
 		return errors.New("id: want 16-128 characters of [A-Za-z0-9_-]")
 	case c.Timeout < 0, c.Grace < 0, c.StallTimeout < 0:
 		return errors.New("durations must not be negative")

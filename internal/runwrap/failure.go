@@ -5,22 +5,15 @@ import (
 	"io"
 )
 
-// Exit codes of the wrapper itself. Otherwise it exits with the command's
-// code, 128+N when the command died from signal N, and 124 on timeout, so that
-// even a caller that ignores the trailer sees something sensible.
+// Exit codes of a run, for an outcome that has no exit code of its own: the
+// wrapper failed, or the command timed out.
 const (
 	ExitWrapperError = 125
 	ExitTimeout      = 124
 )
 
-// wrapperFailed reports a failure of the wrapper itself: a message, and a
-// trailer when the nonce is usable so the caller need not guess.
-func wrapperFailed(nonce string, stderr io.Writer, err error) int {
+// wrapperFailed reports a failure of airlock-init itself on stderr.
+func wrapperFailed(stderr io.Writer, err error) int {
 	fmt.Fprintf(stderr, "airlock-init: %v\n", err)
-	if ValidNonce(nonce) {
-		if t, ferr := FormatTrailer(nonce, Trailer{ExitCode: -1, OOMKills: -1, WrapperError: err.Error()}); ferr == nil {
-			_, _ = stderr.Write(t)
-		}
-	}
 	return ExitWrapperError
 }

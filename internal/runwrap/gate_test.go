@@ -15,9 +15,10 @@ import (
 )
 
 // TestNoCommandBeforeTheGate: PID 1 whose network gate waits (its target still accepts connections, as before
-// the policy is in effect) serves nothing: its readiness port holds its answer and an exec runs no command. Once
-// the target is blocked, the held probe gets 200 at once and commands run. With PID 1 listening before its gate (the socket bound
-// first), the exec below creates the file and the test fails.
+// the policy is in effect) serves nothing and attests nothing: its readiness port holds its answer and a client
+// finds no socket. Once the target is blocked, the held probe gets 200 at once, PID 1 attests its key, and a
+// session with it runs commands. With PID 1 listening before its gate (the socket bound first), the client
+// before the gate gets a session and the test fails.
 func TestNoCommandBeforeTheGate(t *testing.T) {
 	target, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -42,11 +43,9 @@ func TestNoCommandBeforeTheGate(t *testing.T) {
 	readyAddr := readyLn.Addr().String()
 	_, readyPort, _ := net.SplitHostPort(readyAddr)
 	readyLn.Close() // a free port for PID 1's readiness port
-	pid1 := child.DieWithParent(exec.Command(wrapperBin, "pid1", "--gate-host", host, "--gate-port", port, "--gate-timeout", "60s",
-		"--ready-port", readyPort, "--termination-log", filepath.Join(t.TempDir(), "termination-log")))
-	pid1.Env = env
-	pid1.Stderr = os.Stderr
-	if err := pid1.Start(); err != nil {
+	pid1, keys, err := launchPID1(wrapperBin, env, "pid1", "--gate-host", host, "--gate-port", port, "--gate-timeout", "60s",
+		"--ready-port", readyPort, "--termination-log", filepath.Join(t.TempDir(), "termination-log"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pid1.Process.Kill(); _ = pid1.Wait() })
@@ -75,15 +74,21 @@ func TestNoCommandBeforeTheGate(t *testing.T) {
 			}
 		}
 	}()
-	made := filepath.Join(t.TempDir(), "ran")
-	cmd := wrapperCmd(t, "--", "/bin/sh", "-c", "touch "+made)
-	cmd.Env = env
+	// Before the gate there is no key to pin and nothing to connect to: the client gives up.
+	client := child.DieWithParent(exec.Command(wrapperBin, "connect"))
+	client.Env = env
+	var clientErr strings.Builder
+	client.Stdin, client.Stderr = strings.NewReader(""), &clientErr
 	start := time.Now()
-	res := runCmd(t, cmd, nil)
-	if _, err := os.Stat(made); err == nil || res.code == 0 {
-		t.Fatalf("a command ran before the gate passed: exit %d, stderr %q", res.code, res.stderr)
+	if err := client.Run(); err == nil || !strings.Contains(clientErr.String(), "connect to the supervisor") {
+		t.Fatalf("a session was served before the gate passed: %v, stderr %q", err, clientErr.String())
 	}
-	t.Logf("exec before the gate: exit %d after %s: %s", res.code, time.Since(start).Round(time.Millisecond), strings.TrimSpace(res.stderr))
+	t.Logf("connect before the gate: failed after %s: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(clientErr.String()))
+	select {
+	case <-keys:
+		t.Fatal("PID 1 attested before the gate passed")
+	default:
+	}
 
 	select {
 	case a := <-probed:
@@ -96,10 +101,14 @@ func TestNoCommandBeforeTheGate(t *testing.T) {
 	if a.err != nil || a.status != http.StatusOK || a.at.Sub(passed) > 2*time.Second {
 		t.Fatalf("the held readiness probe after the gate: %+v, %s after the block", a, a.at.Sub(passed))
 	}
-	cmd = wrapperCmd(t, "--", "/bin/sh", "-c", "touch "+made)
-	cmd.Env = env
-	if res := runCmd(t, cmd, nil); res.code != 0 {
-		t.Fatalf("after the gate: exit %d, stderr %q", res.code, res.stderr)
+	key, ok := <-keys
+	if !ok {
+		t.Fatal("PID 1 did not attest after the gate passed")
+	}
+	made := filepath.Join(t.TempDir(), "ran")
+	res, rep := runOn(t, openSessionEnv(t, []string{SocketEnv + "=" + sock}, key), parseRun(t, "--", "/bin/sh", "-c", "touch "+made), nil)
+	if rep.Error != "" || res.trailer == nil || res.trailer.ExitCode != 0 {
+		t.Fatalf("after the gate: %+v, stderr %q", rep, res.stderr)
 	}
 	if _, err := os.Stat(made); err != nil {
 		t.Fatalf("the command did not run after the gate: %v", err)

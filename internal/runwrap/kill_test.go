@@ -1,10 +1,9 @@
 package runwrap
 
 import (
-	"bufio"
+	"context"
 	"io"
-	"os"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,62 +59,64 @@ func TestKeepLeftovers(t *testing.T) {
 	}
 }
 
-// A reader that goes away (EPIPE) must end the command.
-func TestBrokenStdoutKillsTree(t *testing.T) {
-	s := sleepers.Unique(t)
-	cmd := wrapperCmd(t, "--shell", "sleep "+s+" & yes")
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
+// A reader that goes away must end the command: the call is cancelled (its
+// HTTP/2 stream reset) or the whole session breaks.
+func TestLostReaderKillsTree(t *testing.T) {
+	for _, how := range []string{"call cancelled", "session broken"} {
+		t.Run(how, func(t *testing.T) {
+			s := sleepers.Unique(t)
+			sess := openSession(t, supervisorKey)
+			cfg := parseRun(t, "--shell", "sleep "+s+" & yes")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			firstLine := make(chan struct{})
+			var once sync.Once
+			out := writerFunc(func(p []byte) (int, error) {
+				once.Do(func() { close(firstLine) })
+				return len(p), nil
+			})
+			done := make(chan error, 1)
+			go func() {
+				_, err := sess.Run(ctx, &cfg, nil, out, io.Discard)
+				done <- err
+			}()
+			select {
+			case <-firstLine:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no output")
+			}
+			if how == "call cancelled" {
+				cancel()
+			} else {
+				_ = sess.conn.Close()
+			}
+			if err := <-done; err == nil {
+				t.Fatal("the run answered after its reader went away")
+			}
+			sleepers.WaitNone(t, s, 10*time.Second)
+			if st := statusOf(t, Request{Config: Config{ID: cfg.ID}, Wait: 5 * time.Second}); !st.Done || st.Trailer == nil || !st.Trailer.StreamLost {
+				t.Fatalf("outcome after the reader went away: %+v", st.Trailer)
+			}
+		})
 	}
-	cmd.Stdout, cmd.Stderr = pw, io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	_ = pw.Close()
-	if _, err := bufio.NewReader(pr).ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
-	_ = pr.Close()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("wrapper did not end after its stdout broke")
-	}
-	sleepers.WaitNone(t, s, time.Second)
 }
 
 // A stream nobody reads any more (writes block) counts as lost after the
 // stall timeout.
-func TestStalledStdoutKillsTree(t *testing.T) {
+func TestStalledReaderKillsTree(t *testing.T) {
 	s := sleepers.Unique(t)
-	cmd := wrapperCmd(t, "--stall-timeout", "300ms", "--shell", "sleep "+s+" & yes")
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
+	block := make(chan struct{})
+	defer close(block)
+	out := writerFunc(func(p []byte) (int, error) { <-block; return 0, io.ErrClosedPipe })
+	cfg := parseRun(t, "--stall-timeout", "300ms", "--shell", "sleep "+s+" & yes")
+	startConfig(t, cfg, out)
+	sleepers.WaitCount(t, s, 1)
+	sleepers.WaitNone(t, s, 10*time.Second)
+	if st := statusOf(t, Request{Config: Config{ID: cfg.ID}, Wait: 5 * time.Second}); !st.Done || st.Trailer == nil || !st.Trailer.StreamLost {
+		t.Fatalf("outcome of a stalled stream: %+v", st.Trailer)
 	}
-	defer pr.Close() // open but never read: writes block once the pipe is full
-	var stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = pw, &stderr
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	_ = pw.Close()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-		t.Logf("wrapper ended %v after start", time.Since(start))
-		if strings.Contains(stderr.String(), testNonce) {
-			t.Fatalf("no trailer expected on a lost stream: %q", stderr.String())
-		}
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("wrapper did not give up on a stalled stream")
-	}
-	sleepers.WaitNone(t, s, time.Second)
 }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -1,18 +1,14 @@
 package runwrap
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"airlock.dev/airlock/internal/testutil/child"
 )
 
 func TestParseMeminfo(t *testing.T) {
@@ -79,32 +75,26 @@ func TestLargestTree(t *testing.T) {
 func TestMemoryGuardKillsLargest(t *testing.T) {
 	dir := t.TempDir()
 	usage := filepath.Join(dir, "usage")
-	sock := fmt.Sprintf("@airlock-runwrap-memguard-%d", os.Getpid())
-	pid1 := child.DieWithParent(exec.Command(wrapperBin, "pid1-fakemem", usage))
-	pid1.Env = append(os.Environ(), SocketEnv+"="+sock)
-	var log bytes.Buffer
-	pid1.Stderr = &log
-	if err := pid1.Start(); err != nil {
+	env := []string{SocketEnv + fmt.Sprintf("=@airlock-runwrap-memguard-%d", os.Getpid())}
+	pid1, keys, err := launchPID1(wrapperBin, env, "pid1-fakemem", usage)
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = pid1.Process.Kill(); _ = pid1.Wait() }()
+	key, ok := <-keys
+	if !ok {
+		t.Fatal("the fake PID 1 did not attest")
+	}
 	time.Sleep(200 * time.Millisecond) // listening
 
-	start := func(shell string) (*exec.Cmd, *bytes.Buffer) {
-		cmd := wrapperCmd(t, "--timeout", "20s", "--shell", shell)
-		cmd.Env = append(os.Environ(), SocketEnv+"="+sock)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd, &errb
+	start := func(shell string) *asyncRun {
+		return startOn(t, openSessionEnv(t, env, key), parseRun(t, "--timeout", "20s", "--shell", shell), nil)
 	}
-	small, smallErr := start("sleep 2")
+	small := start("sleep 2")
 	// ~64 MiB of shell string, then it waits: the largest tree by far. The fake usage is charged to that shell,
 	// so it drops once the shell is dead, as real usage would (else the guard would rightly go on killing).
 	bigPID := filepath.Join(dir, "big.pid")
-	big, bigErr := start("echo $$ >" + bigPID + "; x=0123456789abcdef; i=0; while [ $i -lt 22 ]; do x=$x$x; i=$((i+1)); done; echo grown; sleep 30")
+	big := start("echo $$ >" + bigPID + "; x=0123456789abcdef; i=0; while [ $i -lt 22 ]; do x=$x$x; i=$((i+1)); done; echo grown; sleep 30")
 	time.Sleep(1500 * time.Millisecond)
 	owner, err := os.ReadFile(bigPID)
 	if err != nil {
@@ -114,17 +104,15 @@ func TestMemoryGuardKillsLargest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	_ = big.Wait()
+	rep, err := big.wait(t, 10*time.Second)
 	took := time.Since(t0)
 	_ = os.WriteFile(usage, []byte("0 1000000000"), 0o600)
-	_, tr := splitTrailer(t, bigErr.String())
-	if tr == nil || tr.OOMGuard == "" || tr.Signal != "SIGKILL" || took > 2*time.Second {
-		t.Fatalf("want the big command killed by the guard within 2s, got %+v after %v; pid1: %s", tr, took, log.String())
+	if err != nil || rep.Trailer == nil || rep.Trailer.OOMGuard == "" || rep.Trailer.Signal != "SIGKILL" || took > 2*time.Second {
+		t.Fatalf("want the big command killed by the guard within 2s, got %+v, %v after %v", rep, err, took)
 	}
-	t.Logf("killed after %v: %s", took, tr.OOMGuard)
-	_ = small.Wait()
-	if _, tr := splitTrailer(t, smallErr.String()); tr == nil || tr.OOMGuard != "" || tr.ExitCode != 0 {
-		t.Fatalf("the small command must finish normally, got %+v", tr)
+	t.Logf("killed after %v: %s", took, rep.Trailer.OOMGuard)
+	if rep, err := small.wait(t, 10*time.Second); err != nil || rep.Trailer == nil || rep.Trailer.OOMGuard != "" || rep.Trailer.ExitCode != 0 {
+		t.Fatalf("the small command must finish normally, got %+v, %v", rep, err)
 	}
 }
 
@@ -132,7 +120,10 @@ func TestMemoryGuardKillsLargest(t *testing.T) {
 // sentry CPU, and most sandboxes are idle most of the time); a run wakes it,
 // and it sleeps again once the run has ended.
 func TestMemoryGuardSleepsWhileIdle(t *testing.T) {
-	s := NewSupervisor(io.Discard)
+	s, err := NewSupervisor(io.Discard, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var reads atomic.Int64
 	go s.GuardMemory(MemoryGuard{Headroom: 1, Interval: time.Millisecond, Usage: func() (MemUsage, error) {
 		reads.Add(1)
@@ -143,8 +134,8 @@ func TestMemoryGuardSleepsWhileIdle(t *testing.T) {
 		t.Fatalf("idle: the guard read the usage %d times, want 0", n)
 	}
 	r := &run{cfg: Config{ID: "r1"}, ended: make(chan struct{})}
-	if why := s.register(r); why != "" {
-		t.Fatal(why)
+	if err := s.register(r); err != nil {
+		t.Fatal(err)
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for reads.Load() < 5 && time.Now().Before(deadline) {

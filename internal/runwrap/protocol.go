@@ -9,11 +9,10 @@ import (
 	"time"
 )
 
-// The exec protocol. The engine execs a fixed argv with no secrets
-// (`airlock-init exec` or `airlock-init status`) and writes one frame on its
-// stdin: "AIRLOCK1 " + decimal length + "\n" + JSON. For exec, the command's
-// stdin bytes follow the frame. The same frames carry the client's request to
-// the supervisor in PID 1 and the supervisor's answers back.
+// Frames: "AIRLOCK1 " + decimal length + "\n" + JSON. They carry requests and
+// replies between the gateway and PID 1 inside a session's calls (a run's
+// Config is followed by its stdin), between the connect client and PID 1, and
+// between PID 1 and its keepers.
 const (
 	frameMagic = "AIRLOCK1 "
 	// maxFrame bounds a request (argv, shell script, env); larger stdin
@@ -23,8 +22,11 @@ const (
 
 // Operations a client asks of the supervisor.
 const (
-	OpRun    = "run"
-	OpStatus = "status"
+	// OpSession, from the connect client over PID 1's socket: serve a session
+	// on the two descriptors passed with it (the exec's stdin and stdout).
+	OpSession = "session"
+	OpRun     = "run"
+	OpStatus  = "status"
 	// Background processes (Config.Background): list runs, read a run's
 	// output from byte offsets, write to its stdin, signal or kill its tree.
 	OpList   = "list"
@@ -75,7 +77,7 @@ type Reply struct {
 	// Done: the command ended and Trailer is its outcome.
 	Done    bool     `json:"done"`
 	Trailer *Trailer `json:"trailer,omitempty"`
-	// Code is the exit code the client should exit with.
+	// Code is the keeper's exit code for the outcome (clientCode).
 	Code int `json:"code"`
 	// Process describes the run (OpRun with Background, OpStatus, OpOutput,
 	// and from a keeper to PID 1 once the command started).

@@ -1,10 +1,13 @@
 package runwrap
 
 import (
+	"bytes"
+	"context"
 	"io"
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestExitCodesAndTrailer(t *testing.T) {
@@ -56,19 +59,15 @@ func TestStdin(t *testing.T) {
 		t.Fatalf("cat with stdin: %q %+v", r.stdout, r.trailer)
 	}
 	// --no-stdin: EOF at once even though the caller's stdin stays open.
-	cmd := wrapperCmd(t, "--no-stdin", "--", "cat")
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pr, pw := io.Pipe()
 	defer pw.Close()
-	if _, err := io.Copy(pw, cmd.Stdin); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdin = pr
-	r = runCmd(t, cmd, nil)
-	if r.stdout != "" || r.trailer == nil || r.trailer.ExitCode != 0 {
-		t.Fatalf("cat with --no-stdin: %+v", r)
+	var out bytes.Buffer
+	cfg := parseRun(t, "--no-stdin", "--", "cat")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rep, err := openSession(t, supervisorKey).Run(ctx, &cfg, pr, &out, io.Discard)
+	if err != nil || out.String() != "" || rep.Trailer == nil || rep.Trailer.ExitCode != 0 {
+		t.Fatalf("cat with --no-stdin: %+v, %v", rep, err)
 	}
 }
 
@@ -121,10 +120,10 @@ func TestNoShellInImage(t *testing.T) {
 	}
 }
 
-func TestUsageErrorsGiveTrailer(t *testing.T) {
-	r := runCmd(t, execCmd(t, Config{ID: nextID(), Nonce: testNonce, Keep: 1}), nil) // no command
-	if r.code != ExitWrapperError || r.trailer == nil || r.trailer.WrapperError == "" {
-		t.Fatalf("%+v", r)
+func TestBadRequestIsRefused(t *testing.T) {
+	_, rep := runOn(t, openSession(t, supervisorKey), Config{ID: nextID(), Keep: 1}, nil) // no command
+	if !strings.Contains(rep.Error, "no command") || rep.Trailer != nil {
+		t.Fatalf("%+v", rep)
 	}
 }
 

@@ -1,6 +1,7 @@
 package runwrap
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,18 +14,28 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"airlock.dev/airlock/internal/pid1link"
 )
 
 // keepOutcomes is how many finished runs the registry remembers.
 const keepOutcomes = 256
 
-// Supervisor serves clients from PID 1: it starts a keeper per run, holds
-// the run's stream descriptors, enforces the deadline itself if the keeper is
+// Supervisor is PID 1's command service. It serves sessions (session.go) to
+// the clients the container runtime execs, starts a keeper per run, holds the
+// run's stream descriptors, enforces the deadline itself if the keeper is
 // killed, and remembers outcomes. It is also the reaper of everything in the
 // container: Reap must be called on every SIGCHLD.
 type Supervisor struct {
 	self int
 	log  io.Writer
+	// id is PID 1's session key: the gateway accepts only its holder.
+	id *pid1link.Identity
+	// keeperLog is what keepers get as stdout and stderr: a pipe whose lines
+	// PID 1 relays, quoted, to its own log. The container's log itself is
+	// handed to no child: a command could open it through a keeper's /proc
+	// before the keeper makes itself undumpable, and forge PID 1's lines.
+	keeperLog *os.File
 
 	mu      sync.Mutex
 	waiters map[int]chan syscall.WaitStatus // keepers by pid
@@ -38,15 +49,21 @@ type Supervisor struct {
 	// busy wakes the memory guard when something it guards appears: an idle
 	// sandbox then costs no timer wakeups (each one is costly under gVisor).
 	busy chan struct{}
+	// acceptFailingSince is when accept began to fail, nil while it works
+	// (zero once Serve stopped).
+	acceptFailingSince atomic.Pointer[time.Time]
 }
 
 type run struct {
-	cfg    Config
-	start  time.Time
-	ctl    *net.UnixConn // to the keeper
-	stdout *os.File      // the exec stream, for the output and the trailer if the keeper is killed
+	cfg   Config
+	start time.Time
+	ctl   *net.UnixConn // to the keeper
+	// stdout and stderr are where the run's output goes (the session's pipes,
+	// or /dev/null for a background run): PID 1 forwards to them itself if the
+	// keeper is killed. stdin is nil when the run has no stdin.
+	stdout *os.File
 	stderr *os.File
-	stdin  *os.File // nil when the run has no stdin
+	stdin  *os.File
 	// outR and errR are our copies of the read ends of the command's output
 	// pipes: while they are open a killed keeper does not turn the command's
 	// next write into SIGPIPE, and we forward what the command writes after.
@@ -78,10 +95,16 @@ type run struct {
 	killO sync.Once
 }
 
-// NewSupervisor returns a supervisor; log receives its own diagnostics.
-func NewSupervisor(log io.Writer) *Supervisor {
-	return &Supervisor{self: os.Getpid(), log: log, waiters: map[int]chan syscall.WaitStatus{},
-		runs: map[string]*run{}, claimed: map[int]bool{}, busy: make(chan struct{}, 1)}
+// NewSupervisor returns a supervisor speaking for id; log receives its own
+// diagnostics and, relayed, its keepers'.
+func NewSupervisor(log io.Writer, id *pid1link.Identity) (*Supervisor, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("keeper log pipe: %w", err)
+	}
+	go relayKeeperLog(r, log)
+	return &Supervisor{self: os.Getpid(), log: log, id: id, keeperLog: w, waiters: map[int]chan syscall.WaitStatus{},
+		runs: map[string]*run{}, claimed: map[int]bool{}, busy: make(chan struct{}, 1)}, nil
 }
 
 // Listen binds the supervisor's socket.
@@ -93,20 +116,59 @@ func Listen() (*net.UnixListener, error) {
 	return ln, nil
 }
 
+// Accept failures (EMFILE, ENFILE, ENOBUFS: the sandbox's commands may hold
+// every descriptor the node allows) are retried with a growing pause up to
+// acceptBackoffMax; one that lasts acceptFailureGrace makes Healthy fail.
+const (
+	acceptBackoffMax   = time.Second
+	acceptFailureGrace = 10 * time.Second
+	// requestTimeout bounds how long a connected client may take to send its
+	// request and descriptors: an idle connection must not hold a descriptor.
+	requestTimeout = 10 * time.Second
+)
+
 // Serve accepts clients until ln is closed.
 func (s *Supervisor) Serve(ln *net.UnixListener) error {
 	go s.refillSpare()
+	var pause time.Duration
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
+				s.acceptFailingSince.Store(&time.Time{}) // no longer serving at all
 				return nil
 			}
-			return fmt.Errorf("accept: %w", err)
+			if s.acceptFailingSince.CompareAndSwap(nil, ptrTo(time.Now())) {
+				fmt.Fprintf(s.log, "airlock-init pid1: accept: %v (retrying)\n", err)
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), acceptBackoffMax)
+			time.Sleep(pause)
+			continue
 		}
+		if s.acceptFailingSince.Swap(nil) != nil {
+			fmt.Fprintln(s.log, "airlock-init pid1: accept works again")
+		}
+		pause = 0
 		go s.serve(c)
 	}
 }
+
+// Healthy says why the supervisor cannot serve new sessions, nil when it can:
+// its accept has failed for acceptFailureGrace, or it stopped.
+func (s *Supervisor) Healthy() error {
+	since := s.acceptFailingSince.Load()
+	switch {
+	case since == nil:
+		return nil
+	case since.IsZero():
+		return errors.New("the supervisor stopped accepting sessions")
+	case time.Since(*since) > acceptFailureGrace:
+		return fmt.Errorf("the supervisor has failed to accept sessions since %s", since.Format(time.RFC3339))
+	}
+	return nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // Reap collects every exited child; a keeper's status goes to its run.
 func (s *Supervisor) Reap() {
@@ -148,6 +210,8 @@ func (s *Supervisor) isClient(pid int) bool {
 	return pid == 0
 }
 
+// serve answers one connection on the socket: a client handing over its
+// exec stream for a session (OpSession), the only thing the socket serves.
 func (s *Supervisor) serve(c *net.UnixConn) {
 	defer c.Close()
 	pid, err := peerPID(c)
@@ -156,43 +220,44 @@ func (s *Supervisor) serve(c *net.UnixConn) {
 		return
 	}
 	var req Request
-	files, err := recvFrameFiles(c, &req, 3)
+	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))
+	files, err := recvFrameFiles(c, &req, 2)
+	_ = c.SetReadDeadline(time.Time{})
 	if err != nil {
 		_ = WriteFrame(c, &Reply{Error: err.Error()})
 		return
 	}
-	switch req.Op {
-	case OpRun:
-		s.serveRun(c, &req, files)
-	case OpStatus:
+	if req.Op != OpSession || len(files) != 2 {
 		closeAll(files)
-		_ = WriteFrame(c, s.status(&req))
-	case OpList, OpOutput, OpStdin, OpSignal, OpKill:
-		closeAll(files)
-		_ = WriteFrame(c, s.control(&req))
-	default:
-		closeAll(files)
-		_ = WriteFrame(c, &Reply{Error: fmt.Sprintf("unknown op %q", req.Op)})
+		_ = WriteFrame(c, &Reply{Error: fmt.Sprintf("unknown op %q (%d descriptors): the socket serves sessions only", req.Op, len(files))})
+		return
 	}
+	err = s.serveSession(files[0], files[1])
+	rep := Reply{Known: true, Done: true}
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	_ = WriteFrame(c, &rep)
 }
 
-func (s *Supervisor) serveRun(c *net.UnixConn, req *Request, files []*os.File) {
+// startRun registers req's run and starts it on files (its stdout, stderr
+// and, unless NoStdin, stdin; for a background run those are made here),
+// which it owns from then on, whatever happens. A refusal says why.
+func (s *Supervisor) startRun(req *Request, files []*os.File) (*run, error) {
 	if req.Background {
 		closeAll(files) // a background run has no stream: its output goes to files
 		var err error
 		if files, err = s.backgroundStdio(req); err != nil {
-			_ = WriteFrame(c, &Reply{Error: err.Error()})
-			return
+			return nil, err
 		}
 	}
-	defer func() { closeAll(files) }()
 	if err := req.validate(); err != nil || len(files) < 2 {
-		_ = WriteFrame(c, &Reply{Error: fmt.Sprintf("bad run request: %v (%d descriptors)", err, len(files))})
-		return
+		closeAll(files)
+		return nil, fmt.Errorf("bad run request: %w (%d descriptors)", err, len(files))
 	}
 	r := &run{cfg: req.Config, start: time.Now(), stdout: files[0], stderr: files[1], ended: make(chan struct{}),
 		cancel: make(chan struct{}), started: make(chan struct{}), replied: make(chan struct{}), kill: make(chan struct{})}
-	r.info = ProcInfo{ID: r.cfg.ID, Command: r.cfg.command(), Background: r.cfg.Background, Running: true, StartedAt: r.start}
+	r.info = ProcInfo{ID: r.cfg.ID, Command: displayCommand(r.cfg.command()), Background: r.cfg.Background, Running: true, StartedAt: r.start}
 	if len(files) > 2 {
 		r.stdin = files[2]
 	}
@@ -200,28 +265,30 @@ func (s *Supervisor) serveRun(c *net.UnixConn, req *Request, files []*os.File) {
 		r.stdinW = files[3]
 		files = files[:3]
 	}
-	if e := s.register(r); e != "" {
-		closeAll([]*os.File{r.stdinW})
-		_ = WriteFrame(c, &Reply{Error: e})
-		return
+	if err := s.register(r); err != nil {
+		closeAll(append(files, r.stdinW))
+		return nil, err
 	}
-	run := files
-	files = nil // execute owns them now and closes them
-	go s.execute(r, run)
-	if !req.Background {
-		<-r.replied
-		_ = WriteFrame(c, &r.reply)
-		return
+	go s.execute(r, files)
+	return r, nil
+}
+
+// startBackground starts a background run and answers once its command
+// started, or with its outcome when it could not start.
+func (s *Supervisor) startBackground(req *Request) *Reply {
+	r, err := s.startRun(req, nil)
+	if err != nil {
+		return &Reply{Error: err.Error()}
 	}
 	<-r.started
 	s.mu.Lock()
 	info := r.info
 	s.mu.Unlock()
 	if !info.Running {
-		_ = WriteFrame(c, &r.reply) // it could not start: the outcome says why
-		return
+		<-r.replied
+		return &r.reply // it could not start: the outcome says why
 	}
-	_ = WriteFrame(c, &Reply{Known: true, Process: &info})
+	return &Reply{Known: true, Process: &info}
 }
 
 // maxBackground bounds the background runs alive at once: each holds files
@@ -229,11 +296,11 @@ func (s *Supervisor) serveRun(c *net.UnixConn, req *Request, files []*os.File) {
 const maxBackground = 16
 
 // register adds r to the registry; it returns why not.
-func (s *Supervisor) register(r *run) string {
+func (s *Supervisor) register(r *run) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, dup := s.runs[r.cfg.ID]; dup {
-		return "duplicate run id"
+		return errors.New("duplicate run id")
 	}
 	if r.cfg.Background {
 		n := 0
@@ -243,12 +310,12 @@ func (s *Supervisor) register(r *run) string {
 			}
 		}
 		if n >= maxBackground {
-			return fmt.Sprintf("too many background processes (%d are running; kill one first)", n)
+			return fmt.Errorf("too many background processes (%d are running; kill one first)", n)
 		}
 	}
 	s.runs[r.cfg.ID] = r
 	s.wake()
-	return ""
+	return nil
 }
 
 // wake tells the memory guard there may be something to guard.
@@ -308,11 +375,13 @@ func (s *Supervisor) execute(r *run, files []*os.File) {
 	}()
 	exited, err := s.startKeeper(r, files)
 	if err != nil {
-		t := Trailer{ExitCode: -1, OOMKills: -1, WrapperError: err.Error()}
-		s.writeTrailer(r, t)
+		t := Trailer{V: TrailerVersion, ExitCode: -1, OOMKills: -1, WrapperError: err.Error()}
 		r.reply = Reply{Known: true, Done: true, Trailer: &t, Code: ExitWrapperError}
 		return
 	}
+	// The keeper holds the command now: the registry keeps only what the
+	// processes API shows (r.info), not the env and scoped secrets.
+	r.cfg.Env, r.cfg.Shell, r.cfg.Argv = nil, "", nil
 	go func() {
 		select {
 		case <-r.cancel:
@@ -381,7 +450,7 @@ func (s *Supervisor) spawnKeeper() (*keeperProc, error) {
 	defer null.Close()
 	attr := &os.ProcAttr{
 		Env:   append(os.Environ(), roleEnv+"="+roleKeeper),
-		Files: []*os.File{null, os.Stderr, os.Stderr, theirs},
+		Files: []*os.File{null, s.keeperLog, s.keeperLog, theirs},
 	}
 	k := &keeperProc{exited: make(chan syscall.WaitStatus, 1), ctl: fc.(*net.UnixConn)}
 	s.mu.Lock() // no Reap between start and registration
@@ -559,9 +628,6 @@ wait:
 	t.StdoutBytes, t.StderrBytes = fwd.finish(drainTimeout)
 	t.DurationMS = time.Since(r.start).Milliseconds()
 	t.V = TrailerVersion
-	if !lost {
-		s.writeTrailer(r, t)
-	}
 	closeAll(fwd.dsts)
 	r.reply = Reply{Known: true, Done: true, Trailer: &t, Code: clientCode(t)}
 }
@@ -604,16 +670,9 @@ func (s *Supervisor) killRoots(roots []int, grace time.Duration) {
 	}
 }
 
-func (s *Supervisor) writeTrailer(r *run, t Trailer) {
-	if b, err := FormatTrailer(r.cfg.Nonce, t); err == nil {
-		_ = r.stderr.SetWriteDeadline(time.Now().Add(trailerTimeout))
-		_, _ = r.stderr.Write(b)
-	}
-}
-
-// status answers OpStatus: the outcome of a run, waiting up to req.Wait for
-// a running one; Cancel kills it first.
-func (s *Supervisor) status(req *Request) *Reply {
+// status answers OpStatus: the outcome of a run, waiting up to req.Wait (or
+// until ctx ends) for a running one; Cancel kills it first.
+func (s *Supervisor) status(ctx context.Context, req *Request) *Reply {
 	s.mu.Lock()
 	r := s.runs[req.ID]
 	s.mu.Unlock()
@@ -628,6 +687,8 @@ func (s *Supervisor) status(req *Request) *Reply {
 	case <-r.ended:
 		rep = r.reply
 	case <-time.After(req.Wait):
+		rep = Reply{Known: true}
+	case <-ctx.Done():
 		rep = Reply{Known: true}
 	}
 	s.mu.Lock()

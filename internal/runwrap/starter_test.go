@@ -3,35 +3,31 @@ package runwrap
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"airlock.dev/airlock/internal/testutil/child"
 )
 
 // Under a process limit the command is the process a keeper started ahead (the starter), or, when that one
 // is gone, the trampoline's: either way RLIMIT_NPROC is the command's alone, hard and soft, and the command
 // gets its stdin, cwd, env and own session.
 func TestProcessLimitStarter(t *testing.T) {
-	sock := fmt.Sprintf("@airlock-runwrap-nproc-%d", os.Getpid())
-	pid1 := child.DieWithParent(exec.Command(wrapperBin, "pid1"))
-	pid1.Env = append(os.Environ(), SocketEnv+"="+sock, ProcessLimitEnv+"=77")
-	pid1.Stderr = os.Stderr
-	if err := pid1.Start(); err != nil {
+	env := []string{SocketEnv + fmt.Sprintf("=@airlock-runwrap-nproc-%d", os.Getpid())}
+	pid1, key, err := startPID1Env(wrapperBin, append(env, ProcessLimitEnv+"=77"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = pid1.Process.Kill(); _ = pid1.Wait() }()
-	time.Sleep(200 * time.Millisecond) // listening
 
 	cwd := t.TempDir()
 	run := func(stdin *string, args ...string) runResult {
 		t.Helper()
-		cmd := wrapperCmd(t, args...)
-		cmd.Env = append(os.Environ(), SocketEnv+"="+sock)
-		return runCmd(t, cmd, stdin)
+		r, rep := runOn(t, openSessionEnv(t, env, key), parseRun(t, args...), stdin)
+		if rep.Error != "" {
+			t.Fatalf("run refused: %s", rep.Error)
+		}
+		return r
 	}
 	check := func(what string) {
 		t.Helper()

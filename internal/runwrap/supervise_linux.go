@@ -15,11 +15,10 @@ const (
 	// its leftovers are gone (or, with --keep-leftovers, once it exited).
 	drainTimeout     = 2 * time.Second
 	keptDrainTimeout = 200 * time.Millisecond
-	trailerTimeout   = 10 * time.Second
 )
 
-// supervisor owns one run: it starts the command, tees its output, enforces
-// the limits and writes the trailer.
+// supervisor owns one run in its keeper: it starts the command, tees its
+// output into files and the stream, enforces the limits and reports the outcome.
 type supervisor struct {
 	cfg   Config
 	files *outFiles
@@ -251,8 +250,8 @@ func (s *supervisor) memoryKill(reason string) {
 	}
 }
 
-// finish writes the trailer (unless the stream is gone), closes and rotates
-// the output files, and returns the trailer and the client's exit code.
+// finish closes and rotates the output files, and returns the outcome and the
+// keeper's exit code.
 func (s *supervisor) finish(t Trailer) (Trailer, int) {
 	if s.files != nil {
 		t.StdoutPath, t.StderrPath = s.files.path("stdout"), s.files.path("stderr")
@@ -271,17 +270,12 @@ func (s *supervisor) finish(t Trailer) (Trailer, int) {
 	if !s.received.IsZero() {
 		t.Timings = &s.timings
 	}
-	if !s.streamLost.Load() {
-		if b, err := FormatTrailer(s.cfg.Nonce, t); err == nil {
-			_ = s.stderr.write(b, trailerTimeout)
-		}
-	}
 	t.V = TrailerVersion
 	return t, clientCode(t)
 }
 
-// clientCode is the exit code the client reports, so that even a caller that
-// ignores the trailer sees something sensible.
+// clientCode is the keeper's exit code for an outcome: the command's, 128+N for
+// signal N, ExitTimeout or ExitWrapperError.
 func clientCode(t Trailer) int {
 	switch {
 	case t.WrapperError != "":
@@ -297,7 +291,7 @@ func clientCode(t Trailer) int {
 }
 
 func (s *supervisor) wrapperError(err error) (Trailer, int) {
-	wrapperFailed(s.cfg.Nonce, os.Stderr, err)
+	wrapperFailed(os.Stderr, err)
 	return Trailer{V: TrailerVersion, ExitCode: -1, OOMKills: -1, WrapperError: err.Error()}, ExitWrapperError
 }
 

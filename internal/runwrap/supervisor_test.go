@@ -1,76 +1,30 @@
 package runwrap
 
 import (
-	"bytes"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"airlock.dev/airlock/internal/testutil/child"
 	"airlock.dev/airlock/internal/testutil/sleepers"
 )
 
-// statusOf asks the supervisor for a run's outcome, as the engine does after
-// a lost stream.
-func statusOf(t *testing.T, req Request) Reply {
-	t.Helper()
-	var in, out bytes.Buffer
-	if err := WriteFrame(&in, &req); err != nil {
-		t.Fatal(err)
-	}
-	cmd := child.DieWithParent(exec.Command(wrapperBin, "status"))
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = &in, &out, os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("status: %v", err)
-	}
-	var rep Reply
-	if err := ReadFrame(&out, &rep); err != nil {
-		t.Fatalf("status output %q: %v", out.String(), err)
-	}
-	return rep
-}
-
-// startRun starts a client for args and waits until n `sleep s` run.
-func startRun(t *testing.T, s string, n int, args ...string) (*exec.Cmd, *bytes.Buffer, Config) {
-	t.Helper()
-	cfg, err := ParseArgs(append([]string{"--nonce", testNonce, "--out-dir", t.TempDir()}, args...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := execCmd(t, cfg)
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sleepers.WaitCount(t, s, n)
-	return cmd, &stderr, cfg
-}
-
-// A command that kills its client (as kill -9 -1 does) still meets its
-// deadline: the supervisor holds the stream, writes the trailer, and the
-// outcome can be read back.
+// A command that kills the client the runtime exec'd for the session (as kill -9 -1 does) changes nothing:
+// PID 1 holds the stream, the deadline holds, and the outcome arrives on the same session.
 func TestClientKilledDeadlineHolds(t *testing.T) {
 	s := sleepers.Unique(t)
-	cmd, stderr, cfg := startRun(t, s, 2, "--timeout", "1s", "--grace", "200ms", "--shell", "sleep "+s+" & setsid sleep "+s)
-	start := time.Now()
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait() // returns once the supervisor closes the stream
-	if el := time.Since(start); el > 3*time.Second {
-		t.Fatalf("stream ended %v after the kill", el)
-	}
-	_, tr := splitTrailer(t, stderr.String())
-	if tr == nil || !tr.TimedOut {
-		t.Fatalf("want a timeout trailer on the stream, got %q", stderr.String())
+	r := startRun(t, s, 2, "--timeout", "1s", "--grace", "200ms", "--shell", "sleep "+s+" & setsid sleep "+s)
+	_ = r.sess.client.Process.Kill()
+	rep, err := r.wait(t, 5*time.Second)
+	if err != nil || rep.Trailer == nil || !rep.Trailer.TimedOut {
+		t.Fatalf("want a timeout on the same session after the client was killed, got %+v, %v", rep, err)
 	}
 	sleepers.WaitNone(t, s, time.Second)
-	rep := statusOf(t, Request{Config: Config{ID: cfg.ID}, Wait: 5 * time.Second})
-	if !rep.Known || !rep.Done || rep.Trailer == nil || !rep.Trailer.TimedOut {
-		t.Fatalf("status: %+v", rep)
+	st := statusOf(t, Request{Config: Config{ID: r.cfg.ID}, Wait: 5 * time.Second})
+	if !st.Known || !st.Done || st.Trailer == nil || !st.Trailer.TimedOut {
+		t.Fatalf("status: %+v", st)
 	}
 }
 
@@ -98,23 +52,18 @@ func keeperOf(t *testing.T, s string) int {
 // adopts the orphaned tree, kills it at the deadline, and reports a timeout.
 func TestKeeperKilledDeadlineHolds(t *testing.T) {
 	s := sleepers.Unique(t)
-	cmd, stderr, cfg := startRun(t, s, 2, "--timeout", "1s", "--grace", "200ms", "--shell", "sleep "+s+" & setsid sleep "+s)
+	r := startRun(t, s, 2, "--timeout", "1s", "--grace", "200ms", "--shell", "sleep "+s+" & setsid sleep "+s)
 	if err := syscall.Kill(keeperOf(t, s), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Process.Kill()
-	start := time.Now()
-	_ = cmd.Wait()
-	if el := time.Since(start); el > 3*time.Second {
-		t.Fatalf("stream ended %v after the kill", el)
-	}
-	_, tr := splitTrailer(t, stderr.String())
-	if tr == nil || !tr.TimedOut || tr.Signal != "SIGKILL" {
-		t.Fatalf("want a timeout trailer from the supervisor, got %q", stderr.String())
+	_ = r.sess.client.Process.Kill()
+	rep, err := r.wait(t, 5*time.Second)
+	if err != nil || rep.Trailer == nil || !rep.Trailer.TimedOut || rep.Trailer.Signal != "SIGKILL" {
+		t.Fatalf("want a timeout from the supervisor, got %+v, %v", rep, err)
 	}
 	sleepers.WaitNone(t, s, time.Second)
-	if rep := statusOf(t, Request{Config: Config{ID: cfg.ID}, Wait: 5 * time.Second}); !rep.Done || !rep.Trailer.TimedOut {
-		t.Fatalf("status: %+v", rep)
+	if st := statusOf(t, Request{Config: Config{ID: r.cfg.ID}, Wait: 5 * time.Second}); !st.Done || !st.Trailer.TimedOut {
+		t.Fatalf("status: %+v", st)
 	}
 }
 
@@ -123,17 +72,7 @@ func TestKeeperKilledDeadlineHolds(t *testing.T) {
 // the deadline still holds.
 func TestKeeperKilledOutputFlows(t *testing.T) {
 	s := sleepers.Unique(t)
-	cfg, err := ParseArgs([]string{"--nonce", testNonce, "--out-dir", t.TempDir(), "--timeout", "1500ms", "--grace", "200ms",
-		"--shell", "sleep " + s + "; echo after; sleep " + s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := execCmd(t, cfg)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	r := startConfig(t, parseRun(t, "--timeout", "1500ms", "--grace", "200ms", "--shell", "sleep "+s+"; echo after; sleep "+s), nil)
 	sleepers.WaitCount(t, s, 1)
 	if err := syscall.Kill(keeperOf(t, s), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -141,13 +80,12 @@ func TestKeeperKilledOutputFlows(t *testing.T) {
 	for _, pid := range sleepers.List(s) { // the shell goes on to write
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	_ = cmd.Wait()
-	_, tr := splitTrailer(t, stderr.String())
-	if tr == nil || !tr.TimedOut || tr.StartError != "" {
-		t.Fatalf("want a timeout trailer from the supervisor, got %q", stderr.String())
+	rep, err := r.wait(t, 10*time.Second)
+	if err != nil || rep.Trailer == nil || !rep.Trailer.TimedOut || rep.Trailer.StartError != "" {
+		t.Fatalf("want a timeout from the supervisor, got %+v, %v", rep, err)
 	}
-	if !strings.Contains(stdout.String(), "after\n") || tr.StdoutBytes != int64(len("after\n")) {
-		t.Fatalf("output written after the keeper died: %q (trailer says %d bytes)", stdout.String(), tr.StdoutBytes)
+	if out := r.stdout.String(); !strings.Contains(out, "after\n") || rep.Trailer.StdoutBytes != int64(len("after\n")) {
+		t.Fatalf("output written after the keeper died: %q (outcome says %d bytes)", out, rep.Trailer.StdoutBytes)
 	}
 	sleepers.WaitNone(t, s, time.Second)
 }
@@ -155,12 +93,12 @@ func TestKeeperKilledOutputFlows(t *testing.T) {
 // Cancel (the engine lost its stream) kills a running command at once.
 func TestStatusCancelKillsTree(t *testing.T) {
 	s := sleepers.Unique(t)
-	cmd, _, cfg := startRun(t, s, 1, "--timeout", "1m", "--grace", "200ms", "--", "sleep", s)
-	rep := statusOf(t, Request{Config: Config{ID: cfg.ID}, Cancel: true, Wait: 5 * time.Second})
+	r := startRun(t, s, 1, "--timeout", "1m", "--grace", "200ms", "--", "sleep", s)
+	rep := statusOf(t, Request{Config: Config{ID: r.cfg.ID}, Cancel: true, Wait: 5 * time.Second})
 	if !rep.Done || rep.Trailer == nil || rep.Trailer.Signal == "" {
 		t.Fatalf("status: %+v", rep)
 	}
-	_ = cmd.Wait()
+	_, _ = r.wait(t, 5*time.Second)
 	sleepers.WaitNone(t, s, time.Second)
 	if rep := statusOf(t, Request{Config: Config{ID: "no-such-run-0123456789"}}); rep.Known {
 		t.Fatalf("unknown id: %+v", rep)
@@ -168,14 +106,11 @@ func TestStatusCancelKillsTree(t *testing.T) {
 }
 
 // Only clients may talk to the supervisor: a command's connection is closed
-// unanswered, so it can neither start runs nor read outcomes.
+// unanswered, so it cannot open a session (and so neither start runs nor read
+// outcomes).
 func TestCommandsCannotUseSupervisor(t *testing.T) {
-	var frame bytes.Buffer
-	if err := WriteFrame(&frame, &Request{Config: Config{ID: "test-run-0000000000000001"}}); err != nil {
-		t.Fatal(err)
-	}
-	r := runWrapper(t, ptr(frame.String()), "--env", SocketEnv+"="+socketName, "--", wrapperBin, "status")
-	if r.trailer == nil || r.trailer.ExitCode != ExitWrapperError || !strings.Contains(r.stderr, "airlock-init status") {
+	r := runWrapper(t, nil, "--env", SocketEnv+"="+socketName, "--", wrapperBin, "connect")
+	if r.trailer == nil || r.trailer.ExitCode != ExitWrapperError || !strings.HasPrefix(r.stderr, "airlock-init: ") {
 		t.Fatalf("a command reached the supervisor: %+v stderr %q", r.trailer, r.stderr)
 	}
 }

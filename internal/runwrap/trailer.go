@@ -1,25 +1,12 @@
 package runwrap
 
-import (
-	"encoding/json"
-	"fmt"
-)
-
-// TrailerVersion is the "v" field of the trailer; bump it on incompatible changes.
+// TrailerVersion is the "v" field of the outcome; bump it on incompatible changes.
 const TrailerVersion = 1
 
-// Trailer is the machine-readable end of a run. It is written as the last
-// bytes of stderr, as "\n" + nonce + " " + JSON + "\n". The leading newline
-// belongs to the trailer (not to the command's stderr), so the trailer always
-// starts a line whether or not the command's output ended with one.
-//
-// Only the final line of stderr can be the trailer: a trailer-looking line in
-// the middle of the output is the command's own data. The command never holds
-// the stream itself (only pipes to its keeper), and the supervisor always
-// writes the real trailer after all of the command's output (PID 1 writes it
-// when the keeper was killed), so even a command that knew the nonce could
-// not make a forged line the last one. The nonce (fresh per call, sent on
-// stdin, never in argv or the environment) only marks where the trailer is.
+// Trailer is a run's outcome, as the keeper (or PID 1, when the keeper was
+// killed) reports it to PID 1, and PID 1 to the gateway: inside the session's
+// TLS, after all of the run's output, so the command can neither forge it nor
+// get data of its own after it.
 type Trailer struct {
 	V int `json:"v"`
 	// ExitCode is the command's exit status, -1 if it died from a signal, 126 or
@@ -70,22 +57,4 @@ type Timings struct {
 	ExitedUS  int64 `json:"exited_us"`
 	DrainedUS int64 `json:"drained_us"`
 	DoneUS    int64 `json:"done_us"`
-}
-
-// FormatTrailer renders t for nonce as it appears at the end of stderr.
-func FormatTrailer(nonce string, t Trailer) ([]byte, error) {
-	if !ValidNonce(nonce) {
-		return nil, fmt.Errorf("invalid nonce %q", nonce)
-	}
-	t.V = TrailerVersion
-	js, err := json.Marshal(t)
-	if err != nil {
-		return nil, fmt.Errorf("encode trailer: %w", err)
-	}
-	out := make([]byte, 0, len(nonce)+len(js)+3)
-	out = append(out, '\n')
-	out = append(out, nonce...)
-	out = append(out, ' ')
-	out = append(out, js...)
-	return append(out, '\n'), nil
 }

@@ -12,30 +12,26 @@ import (
 )
 
 func TestParseArgs(t *testing.T) {
-	good := "--nonce=" + testNonce
-	c, err := ParseArgs([]string{good, "--timeout", "1m30s", "--env", "A=1", "--env", "B=", "--cwd", "/w", "--no-stdin", "--", "ls", "-l", "--", "x"})
+	c, err := ParseArgs([]string{"--timeout", "1m30s", "--env", "A=1", "--env", "B=", "--cwd", "/w", "--no-stdin", "--", "ls", "-l", "--", "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{ID: c.ID, Nonce: testNonce, Timeout: 90 * time.Second, Grace: DefaultGrace, StallTimeout: DefaultStallTimeout,
+	want := Config{ID: c.ID, Timeout: 90 * time.Second, Grace: DefaultGrace, StallTimeout: DefaultStallTimeout,
 		Cwd: "/w", Env: []string{"A=1", "B="}, Argv: []string{"ls", "-l", "--", "x"}, NoStdin: true, Keep: DefaultKeep}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
 	}
-	c, err = ParseArgs([]string{good, "--shell", "echo hi"})
+	c, err = ParseArgs([]string{"--shell", "echo hi"})
 	if err != nil || !reflect.DeepEqual(c.command(), []string{ShellPath, "-c", "echo hi"}) {
 		t.Fatalf("%v %v", c.command(), err)
 	}
 	for _, bad := range [][]string{
-		{"--", "ls"},                              // no nonce
-		{"--nonce", "short", "--", "ls"},          // nonce too short
-		{"--nonce", testNonce + " x", "--", "ls"}, // bad characters
-		{good},                             // no command
-		{good, "--shell", "x", "--", "ls"}, // both
-		{good, "--env", "NOEQUALS", "--", "ls"},
-		{good, "--timeout", "-1s", "--", "ls"},
-		{good, "--keep", "0", "--", "ls"},
-		{good, "--", ""},
+		{},                           // no command
+		{"--shell", "x", "--", "ls"}, // both
+		{"--env", "NOEQUALS", "--", "ls"},
+		{"--timeout", "-1s", "--", "ls"},
+		{"--keep", "0", "--", "ls"},
+		{"--", ""},
 	} {
 		if _, err := ParseArgs(bad); err == nil {
 			t.Errorf("ParseArgs(%q) accepted", bad)
@@ -43,17 +39,16 @@ func TestParseArgs(t *testing.T) {
 	}
 }
 
-func TestFormatTrailer(t *testing.T) {
-	b, err := FormatTrailer(testNonce, Trailer{ExitCode: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	if !strings.HasPrefix(s, "\n"+testNonce+" {") || !strings.HasSuffix(s, "}\n") || strings.Count(s, "\n") != 2 {
-		t.Fatalf("%q", s)
-	}
-	if _, err := FormatTrailer("bad nonce", Trailer{}); err == nil {
-		t.Fatal("bad nonce accepted")
+func TestValidID(t *testing.T) {
+	for id, want := range map[string]bool{"test-run-0000000000000001": true, "short": false, "with space 0123456789": false,
+		strings.Repeat("a", 128): true, strings.Repeat("a", 129): false} {
+		if got := ValidID(id); got != want {
+			t.Errorf("ValidID(%q) = %t", id, got)
+		}
+		c := Config{ID: id, Keep: 1, Argv: []string{"true"}}
+		if err := c.validate(); (err == nil) != want {
+			t.Errorf("validate with id %q: %v", id, err)
+		}
 	}
 }
 
@@ -88,7 +83,7 @@ func TestOutFilesNumberingAndRotation(t *testing.T) {
 func TestRotationThroughWrapper(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	for i := 0; i < 4; i++ {
-		r := runCmd(t, wrapperCmdDir(t, dir, "--keep", "2", "--", "echo", "x"), nil)
+		r := runWrapper(t, nil, "--out-dir", dir, "--keep", "2", "--", "echo", "x")
 		if r.trailer == nil || r.trailer.StdoutPath != filepath.Join(dir, []string{"1", "2", "3", "4"}[i]+".stdout") {
 			t.Fatalf("run %d: %+v", i, r.trailer)
 		}
@@ -115,12 +110,8 @@ func TestParseOOMKill(t *testing.T) {
 
 func TestLiveDescendantsSeesOwnChild(t *testing.T) {
 	s := sleepers.Unique(t)
-	cmd := wrapperCmd(t, "--", "sleep", s)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	sleepers.WaitCount(t, s, 1)
+	r := startRun(t, s, 1, "--timeout", "30s", "--", "sleep", s)
+	defer statusOf(t, Request{Config: Config{ID: r.cfg.ID}, Cancel: true, Wait: 5 * time.Second})
 	ds := liveDescendants(os.Getpid())
 	found := false
 	for _, pid := range ds {

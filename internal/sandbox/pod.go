@@ -70,6 +70,9 @@ const RuntimeMismatchPrefix = "runtime mismatch: "
 // expectFlag is pid1's --expect-isolation for an isolation.
 var expectFlag = map[airlockv1.Isolation]string{airlockv1.IsolationGVisor: "gvisor", airlockv1.IsolationKata: "vm", airlockv1.IsolationNone: "none"}
 
+// IsolationFlag names an isolation as PID 1 does (its --expect-isolation, and its attestation).
+func IsolationFlag(iso airlockv1.Isolation) string { return expectFlag[iso] }
+
 // ExpectedIsolationOf reads back the isolation a pod's PID 1 was told to prove ("" if none is named).
 func ExpectedIsolationOf(pod *corev1.Pod) (airlockv1.Isolation, []string) {
 	var kernels []string

@@ -1,17 +1,22 @@
-// Command testbin stands in for airlock-init in tests: it dispatches pid1,
-// exec, status and ctl (and the supervisor's re-executions) as
-// cmd/airlock-init does.
+// Command testbin stands in for airlock-init in tests: it dispatches pid1 and
+// connect (and the supervisor's re-executions) as cmd/airlock-init does.
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"airlock.dev/airlock/internal/attestation"
 	"airlock.dev/airlock/internal/initproc"
+	"airlock.dev/airlock/internal/pid1link"
 	"airlock.dev/airlock/internal/runwrap"
 )
 
@@ -20,7 +25,7 @@ func main() {
 		os.Exit(code)
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testbin pid1|exec|status|ctl")
+		fmt.Fprintln(os.Stderr, "usage: testbin pid1|connect")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -28,13 +33,36 @@ func main() {
 		os.Exit(initproc.PID1ForTests(os.Args[2:], os.Stderr))
 	case "pid1-fakemem":
 		os.Exit(fakeMemPID1(os.Args[2]))
-	case "exec":
-		os.Exit(runwrap.ExecMain(os.Args[2:]))
-	case "status", "ctl":
-		os.Exit(runwrap.ControlMain(os.Args[1], os.Args[2:]))
+	case "connect":
+		os.Exit(runwrap.ConnectMain(os.Args[2:]))
+	case "forge":
+		os.Exit(forge())
 	}
 	fmt.Fprintf(os.Stderr, "testbin: unknown command %q\n", os.Args[1])
 	os.Exit(2)
+}
+
+// forge is an attacker holding the exec stream (a command that opened the
+// client's /proc/PID/fd/0 and 1): it speaks the session protocol on stdin and
+// stdout with a key of its own and answers every run with a forged outcome,
+// exit 0 and "forged" on stdout.
+func forge() int {
+	id, err := pid1link.NewIdentity()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = pid1link.WriteFrame(w, pid1link.FrameStdout, []byte("forged\n"))
+		rep, _ := json.Marshal(&runwrap.Reply{Known: true, Done: true, Trailer: &runwrap.Trailer{V: runwrap.TrailerVersion, ExitCode: 0, OOMKills: -1}})
+		_ = pid1link.WriteFrame(w, pid1link.FrameReply, rep)
+	})
+	if err := pid1link.Serve(context.Background(), pid1link.FileConn(os.Stdin, os.Stdout), id, h); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 // fakeMemPID1 is a supervisor whose memory guard reads "used limit [pid]"
@@ -42,7 +70,22 @@ func main() {
 // fires. With a pid, the usage is that process's: once it has died (gone or a
 // zombie) it reads as 0, as the kernel frees a dead process's memory.
 func fakeMemPID1(path string) int {
-	sup := runwrap.NewSupervisor(os.Stderr)
+	id, err := pid1link.NewIdentity()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	sup, err := runwrap.NewSupervisor(os.Stderr, id)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	line, err := attestation.Line(attestation.Statement{Key: id.PublicKey(), Isolation: "none", GateTarget: "test:0", Gate: "none"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_, _ = os.Stderr.Write(line)
 	ln, err := runwrap.Listen()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

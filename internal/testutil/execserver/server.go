@@ -12,6 +12,7 @@
 package execserver
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -30,6 +31,7 @@ import (
 	crs "k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
 
+	"airlock.dev/airlock/internal/attestation"
 	"airlock.dev/airlock/internal/runwrap"
 	"airlock.dev/airlock/internal/testutil/child"
 )
@@ -45,8 +47,10 @@ type Options struct {
 	// Pods, if set, are the only pods that exist; exec into others gets 404.
 	Pods []string
 	// Supervisor, if set, is the wrapper binary to run as the "container's"
-	// PID 1 (`Supervisor pid1`, with Env and Dir) for as long as the server
-	// runs; the commands reach it through runwrap.SocketEnv.
+	// PID 1 (`Supervisor pid1`, with Env and Dir, and a network gate whose
+	// target is a closed port on loopback) for as long as the server runs;
+	// the commands reach it through runwrap.SocketEnv, and SupervisorKey is
+	// the key it attested.
 	Supervisor string
 	// DisableWebSocket answers WebSocket upgrades with 400, like a server
 	// that cannot translate them, to exercise the SPDY fallback.
@@ -63,6 +67,7 @@ type Server struct {
 	SPDYRequests      atomic.Int64
 
 	pid1 *exec.Cmd
+	key  string
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -80,11 +85,7 @@ func Start(opts Options) *Server {
 	}
 	s := &Server{opts: opts, conns: map[net.Conn]struct{}{}, procs: map[int]*os.Process{}}
 	if opts.Supervisor != "" {
-		s.pid1 = child.DieWithParent(exec.Command(opts.Supervisor, "pid1"))
-		s.pid1.Env, s.pid1.Dir, s.pid1.Stderr = append(os.Environ(), opts.Env...), opts.Dir, os.Stderr
-		if err := s.pid1.Start(); err != nil {
-			panic(fmt.Sprintf("execserver: start supervisor: %v", err))
-		}
+		s.startSupervisor()
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/v1/namespaces/{ns}/pods/{pod}/exec", s.serveAPI)
@@ -95,6 +96,58 @@ func Start(opts Options) *Server {
 	s.URL = s.hs.URL
 	return s
 }
+
+// startSupervisor runs PID 1 and waits for its attestation, whose key the
+// engine must pin. Its log goes on to the test's stderr.
+func (s *Server) startSupervisor() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("execserver: a port for the gate: %v", err))
+	}
+	gatePort := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close() // refused from now on: the gate passes at once
+	s.pid1 = child.DieWithParent(exec.Command(s.opts.Supervisor, "pid1", "--gate-host=127.0.0.1",
+		fmt.Sprintf("--gate-port=%d", gatePort), "--gate-timeout=10s"))
+	s.pid1.Env, s.pid1.Dir = append(os.Environ(), s.opts.Env...), s.opts.Dir
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		panic(fmt.Sprintf("execserver: supervisor log pipe: %v", err))
+	}
+	s.pid1.Stderr = logW
+	if err := s.pid1.Start(); err != nil {
+		panic(fmt.Sprintf("execserver: start supervisor: %v", err))
+	}
+	_ = logW.Close()
+	keys := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(logR)
+		for sc.Scan() {
+			fmt.Fprintln(os.Stderr, sc.Text())
+			if st, err := attestation.Find(append(sc.Bytes(), '\n')); err == nil {
+				select {
+				case keys <- st.Key:
+				default:
+				}
+			}
+		}
+		close(keys)
+	}()
+	select {
+	case k, ok := <-keys:
+		if !ok {
+			panic("execserver: the supervisor ended without attesting")
+		}
+		s.key = k
+	case <-time.After(30 * time.Second):
+		panic("execserver: the supervisor did not attest within 30s")
+	}
+}
+
+// SupervisorKey is the key the supervisor attested: the engine's Request.SupervisorKey.
+func (s *Server) SupervisorKey() string { return s.key }
+
+// SupervisorPID is the supervisor's process.
+func (s *Server) SupervisorPID() int { return s.pid1.Process.Pid }
 
 // Close stops the server.
 func (s *Server) Close() {

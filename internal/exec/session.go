@@ -1,0 +1,110 @@
+package exec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/tools/remotecommand"
+
+	"airlock.dev/airlock/internal/pid1link"
+	"airlock.dev/airlock/internal/runwrap"
+)
+
+// ErrNoSupervisorKey is a target whose Sandbox has no recorded supervisor key (status.supervisorKey): its PID 1
+// has not attested yet, or the Sandbox predates attestation. No session is opened without it.
+var ErrNoSupervisorKey = errors.New("the sandbox's supervisor key is not known (status.supervisorKey)")
+
+// closeWait bounds how long closing a session waits for its exec to end on its own before cancelling it: a
+// process in the sandbox that got hold of the stream can keep the exec open.
+const closeWait = 2 * time.Second
+
+// session is one exec of `airlock-init connect` carrying a session with the sandbox's PID 1 (pid1link): TLS
+// pinned to the key PID 1 attested, then HTTP/2 calls.
+type session struct {
+	*runwrap.SessionClient
+	proto  string
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the exec returned
+	// execErr and stderr are the exec's status and the client's own diagnostics; read after done.
+	execErr error
+	stderr  bytes.Buffer
+}
+
+// openSession execs the connect client in target's container and runs the session's handshake over the exec's
+// stdin and stdout. The session lives until close or ctx's end. Errors that show nothing ran wrap ErrNotStarted
+// (with ErrForbidden or ErrRuntimeStart when that is the cause).
+func (e *Engine) openSession(ctx context.Context, target *Request) (*session, error) {
+	if target.SupervisorKey == "" {
+		return nil, fmt.Errorf("exec in %s/%s: %w: %w", target.Namespace, target.Pod, ErrNotStarted, ErrNoSupervisorKey)
+	}
+	pin, err := pid1link.ParsePublicKey(target.SupervisorKey)
+	if err != nil {
+		return nil, fmt.Errorf("exec in %s/%s: %w: %w", target.Namespace, target.Pod, ErrNotStarted, err)
+	}
+	u, err := execURL(e.cfg, target, []string{e.opts.WrapperPath, "connect"})
+	if err != nil {
+		return nil, err
+	}
+	var at attempt
+	ex, err := newExecutor(e.cfg, e.opts.Protocol, u, &at)
+	if err != nil {
+		return nil, err
+	}
+	ours, theirs := net.Pipe()
+	execCtx, cancel := context.WithCancel(ctx)
+	s := &session{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		stderr := &limitedWriter{w: &s.stderr, n: 4 << 10}
+		s.execErr = ex.StreamWithContext(execCtx, remotecommand.StreamOptions{Stdin: theirs, Stdout: theirs, Stderr: stderr})
+		_ = theirs.Close() // the handshake or the calls see the end
+	}()
+	cc, err := pid1link.Dial(ctx, ours, pin)
+	if err != nil {
+		select {
+		case <-s.done:
+		case <-time.After(closeWait):
+			cancel()
+			<-s.done
+		}
+		cancel()
+		s.proto = usedProtocol(e.opts.Protocol, &at)
+		return nil, s.openError(target, err, &at)
+	}
+	s.proto = usedProtocol(e.opts.Protocol, &at)
+	s.SessionClient = runwrap.NewSessionClient(cc)
+	return s, nil
+}
+
+// openError says why a session could not be opened, from the exec's own status where it has one.
+func (s *session) openError(target *Request, dialErr error, at *attempt) error {
+	where := fmt.Sprintf("exec in %s/%s", target.Namespace, target.Pod)
+	switch {
+	case errors.Is(dialErr, pid1link.ErrWrongKey):
+		return fmt.Errorf("%s: %w: %w", where, ErrNotStarted, dialErr)
+	case runtimeStartFailed(s.execErr):
+		return fmt.Errorf("%s: %w: %w: %w", where, ErrNotStarted, ErrRuntimeStart, s.execErr)
+	case notStarted(s.execErr, s.proto == string(ProtocolSPDY), at) && forbidden(s.execErr):
+		return fmt.Errorf("%s: %w: %w: %w", where, ErrNotStarted, ErrForbidden, s.execErr)
+	case notStarted(s.execErr, s.proto == string(ProtocolSPDY), at):
+		return fmt.Errorf("%s: %w: %w", where, ErrNotStarted, s.execErr)
+	}
+	msg := strings.TrimSpace(s.stderr.String())
+	return fmt.Errorf("%s: %w: no session with the sandbox's supervisor: %w (exec: %v; its stderr: %q)", where, ErrNotStarted, dialErr, s.execErr, msg)
+}
+
+// close ends the session and its exec.
+func (s *session) close() {
+	_ = s.SessionClient.Close()
+	select {
+	case <-s.done:
+	case <-time.After(closeWait):
+	}
+	s.cancel()
+	<-s.done
+}
