@@ -58,6 +58,20 @@ func TestEngineForgedAnswerIsNoOutcome(t *testing.T) {
 	}
 }
 
+// A session broken before its handshake (a process that wrote into the stream of a client it reached) costs
+// that session only: the engine opens another, and the command's own result comes back.
+func TestEngineRetriesABrokenHandshake(t *testing.T) {
+	broken := filepath.Join(t.TempDir(), "broken-once")
+	env := newEnv(t, ProtocolAuto, fakeWrapper(t, `if [ ! -e `+broken+` ]; then touch `+broken+`; printf 'FORGED'; exit 0; fi; exec `+wrapperBin+` "$@"`))
+	res := env.run(t, Request{Shell: "echo real; exit 4"})
+	if res.Outcome != OutcomeExited || res.ExitCode != 4 || res.Stdout != "real\n" {
+		t.Fatalf("%+v", res)
+	}
+	if _, err := os.Stat(broken); err != nil {
+		t.Fatal("the first session was not the broken one")
+	}
+}
+
 // The engine talks only to the holder of the key the Sandbox's status records:
 // another PID 1 (another key) gets no command.
 func TestEngineRefusesAnotherKey(t *testing.T) {

@@ -35,10 +35,36 @@ type session struct {
 	stderr  bytes.Buffer
 }
 
+// handshakeTries bounds the sessions opened for one call when the handshake fails: a process of the sandbox
+// user that reached a client's stream before it became undumpable can break that one session (never forge
+// one), and the next client is a fresh process. handshakeTimeout bounds each handshake (a stolen ClientHello
+// leaves both sides waiting).
+const (
+	handshakeTries   = 3
+	handshakeTimeout = 10 * time.Second
+)
+
+// errHandshake marks a session whose exec ran but whose handshake failed: worth another try.
+var errHandshake = errors.New("no session with the sandbox's supervisor")
+
 // openSession execs the connect client in target's container and runs the session's handshake over the exec's
-// stdin and stdout. The session lives until close or ctx's end. Errors that show nothing ran wrap ErrNotStarted
-// (with ErrForbidden or ErrRuntimeStart when that is the cause).
+// stdin and stdout, trying again when the exec ran but the handshake failed. The session lives until close or
+// ctx's end. Errors that show nothing ran wrap ErrNotStarted (with ErrForbidden or ErrRuntimeStart when that is
+// the cause).
 func (e *Engine) openSession(ctx context.Context, target *Request) (*session, error) {
+	var err error
+	for try := 0; try < handshakeTries && ctx.Err() == nil; try++ {
+		var s *session
+		if s, err = e.openSessionOnce(ctx, target); err == nil || !errors.Is(err, errHandshake) {
+			return s, err
+		}
+		e.opts.Logger.Info("no session with the sandbox's supervisor; opening another", "namespace", target.Namespace,
+			"pod", target.Pod, "try", try+1, "error", err.Error())
+	}
+	return nil, err
+}
+
+func (e *Engine) openSessionOnce(ctx context.Context, target *Request) (*session, error) {
 	if target.SupervisorKey == "" {
 		return nil, fmt.Errorf("exec in %s/%s: %w: %w", target.Namespace, target.Pod, ErrNotStarted, ErrNoSupervisorKey)
 	}
@@ -64,7 +90,9 @@ func (e *Engine) openSession(ctx context.Context, target *Request) (*session, er
 		s.execErr = ex.StreamWithContext(execCtx, remotecommand.StreamOptions{Stdin: theirs, Stdout: theirs, Stderr: stderr})
 		_ = theirs.Close() // the handshake or the calls see the end
 	}()
-	cc, err := pid1link.Dial(ctx, ours, pin)
+	hctx, hcancel := context.WithTimeout(ctx, handshakeTimeout)
+	cc, err := pid1link.Dial(hctx, ours, pin)
+	hcancel()
 	if err != nil {
 		select {
 		case <-s.done:
@@ -85,8 +113,6 @@ func (e *Engine) openSession(ctx context.Context, target *Request) (*session, er
 func (s *session) openError(target *Request, dialErr error, at *attempt) error {
 	where := fmt.Sprintf("exec in %s/%s", target.Namespace, target.Pod)
 	switch {
-	case errors.Is(dialErr, pid1link.ErrWrongKey):
-		return fmt.Errorf("%s: %w: %w", where, ErrNotStarted, dialErr)
 	case runtimeStartFailed(s.execErr):
 		return fmt.Errorf("%s: %w: %w: %w", where, ErrNotStarted, ErrRuntimeStart, s.execErr)
 	case notStarted(s.execErr, s.proto == string(ProtocolSPDY), at) && forbidden(s.execErr):
@@ -95,7 +121,7 @@ func (s *session) openError(target *Request, dialErr error, at *attempt) error {
 		return fmt.Errorf("%s: %w: %w", where, ErrNotStarted, s.execErr)
 	}
 	msg := strings.TrimSpace(s.stderr.String())
-	return fmt.Errorf("%s: %w: no session with the sandbox's supervisor: %w (exec: %v; its stderr: %q)", where, ErrNotStarted, dialErr, s.execErr, msg)
+	return fmt.Errorf("%s: %w: %w: %w (exec: %v; its stderr: %q)", where, ErrNotStarted, errHandshake, dialErr, s.execErr, msg)
 }
 
 // close ends the session and its exec.

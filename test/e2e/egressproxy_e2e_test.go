@@ -263,8 +263,13 @@ with Sandbox.create(network="restricted", timeout_minutes=10) as sbx:
 		result := make(chan outcome, 1)
 		go func() {
 			start := time.Now()
-			res, err := engine.Run(context.Background(), airlockexec.Request{Namespace: ns, Pod: "pkgs", Container: "sandbox",
-				Shell: "curl -sS -o /dev/null --limit-rate 1M http://" + pypiHost + "/big", Timeout: 3 * time.Minute})
+			req, err := target(context.Background(), ns, "pkgs")
+			if err != nil {
+				result <- outcome{nil, time.Since(start), err}
+				return
+			}
+			req.Shell, req.Timeout = "curl -sS -o /dev/null --limit-rate 1M http://"+pypiHost+"/big", 3*time.Minute
+			res, err := engine.Run(context.Background(), req)
 			result <- outcome{res, time.Since(start), err}
 		}()
 		time.Sleep(4 * time.Second)

@@ -132,7 +132,12 @@ func TestExecGuard(t *testing.T) {
 	}
 	// The gateway's own path works: the manager injected the CA at start-up, and the API server follows.
 	eventually(t, 30*time.Second, "the guard admits the gateway's exec into its Sandbox's pod", func() error {
-		res, err := gwEngine.Run(ctx, airlockexec.Request{Namespace: tenant, Pod: own.Name, Container: "sandbox", Shell: "echo admitted", Timeout: 20 * time.Second})
+		req, err := target(ctx, tenant, own.Name)
+		if err != nil {
+			return err
+		}
+		req.Shell, req.Timeout = "echo admitted", 20*time.Second
+		res, err := gwEngine.Run(ctx, req)
 		if err != nil {
 			return err
 		}

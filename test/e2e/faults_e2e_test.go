@@ -169,8 +169,12 @@ func TestManagerKilledRepeatedlyLosesNothing(t *testing.T) {
 					go func() {
 						cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 						defer cancel()
-						res, err := engine.Run(cctx, airlockexec.Request{Namespace: ns, Pod: name, Container: "sandbox",
-							Shell: "echo " + name + " > state && cat state", Timeout: 20 * time.Second})
+						req, err := target(cctx, ns, name)
+						var res *airlockexec.Result
+						if err == nil {
+							req.Shell, req.Timeout = "echo "+name+" > state && cat state", 20*time.Second
+							res, err = engine.Run(cctx, req)
+						}
 						r := execResult{name: name, ok: err == nil && res.ExitCode == 0 && strings.TrimSpace(res.Stdout) == name}
 						if err != nil {
 							r.err = err.Error()

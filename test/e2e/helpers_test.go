@@ -7,12 +7,17 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/attestation"
 	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/sandbox"
 )
 
 // readyTimeout bounds creation to Ready: a cold gVisor pod with the network gate takes a few seconds here.
@@ -89,12 +94,47 @@ func conditionStatus(s *airlockv1.Sandbox, typ string) string {
 	return "<none>"
 }
 
+// target is the engine's address of a sandbox's supervisor, as the gateway makes it: its pod's container and
+// the key PID 1 attested. Before the Sandbox records the key (a command raced ahead of Ready), the key comes from
+// the attestation in the pod's log, as the controller reads it.
+func target(ctx context.Context, ns, name string) (airlockexec.Request, error) {
+	r := airlockexec.Request{Namespace: ns, Pod: name, Container: sandbox.ContainerName}
+	var s airlockv1.Sandbox
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err == nil {
+		if s.Status.PodName != "" {
+			r.Pod = s.Status.PodName
+		}
+		if r.SupervisorKey = s.Status.SupervisorKey; r.SupervisorKey != "" {
+			return r, nil
+		}
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return r, err
+	}
+	log, err := cs.CoreV1().Pods(ns).GetLogs(r.Pod, &corev1.PodLogOptions{Container: sandbox.ContainerName, LimitBytes: ptr.To(int64(64 << 10))}).DoRaw(ctx)
+	if err != nil {
+		return r, fmt.Errorf("reading the attestation of %s/%s: %w", ns, r.Pod, err)
+	}
+	st, err := attestation.Find(log)
+	if err != nil {
+		return r, fmt.Errorf("the attestation of %s/%s: %w", ns, r.Pod, err)
+	}
+	r.SupervisorKey = st.Key
+	return r, nil
+}
+
 // sh runs a shell command in the sandbox through the exec engine and fails the test if it could not run.
 func sh(t testing.TB, ns, name, command string, timeout time.Duration) *airlockexec.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()
-	res, err := engine.Run(ctx, airlockexec.Request{Namespace: ns, Pod: name, Container: "sandbox", Shell: command, Timeout: timeout})
+	req, err := target(ctx, ns, name)
+	if err != nil {
+		t.Fatalf("exec %q in %s/%s: %v", command, ns, name, err)
+	}
+	req.Shell, req.Timeout = command, timeout
+	res, err := engine.Run(ctx, req)
 	if err != nil {
 		t.Fatalf("exec %q in %s/%s: %v", command, ns, name, err)
 	}

@@ -257,8 +257,12 @@ func earliestProbe(ns, name, host string, port int) (open bool, detail string, e
 	deadline := time.Now().Add(readyTimeout)
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		res, err := engine.Run(ctx, airlockexec.Request{Namespace: ns, Pod: name, Container: "sandbox",
-			Argv: []string{"python3", "-c", earlyProbeScript, host, strconv.Itoa(port)}, Timeout: 20 * time.Second})
+		req, err := target(ctx, ns, name) // from PID 1's attestation in its log, before the Sandbox records it
+		var res *airlockexec.Result
+		if err == nil {
+			req.Argv, req.Timeout = []string{"python3", "-c", earlyProbeScript, host, strconv.Itoa(port)}, 20*time.Second
+			res, err = engine.Run(ctx, req)
+		}
 		cancel()
 		if err != nil || res.Outcome == airlockexec.OutcomeSandboxLost {
 			time.Sleep(5 * time.Millisecond) // not started yet: the pod or its container does not exist yet

@@ -103,7 +103,7 @@ func shIn(t testing.TB, s *airlockv1.Sandbox, command string) *airlockexec.Resul
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res, err := engine.Run(ctx, airlockexec.Request{Namespace: s.Namespace, Pod: s.Status.PodName, Container: sandbox.ContainerName,
-		Shell: command, Timeout: 30 * time.Second})
+		SupervisorKey: s.Status.SupervisorKey, Shell: command, Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("exec %q in %s: %v", command, s.Name, err)
 	}
