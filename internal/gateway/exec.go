@@ -14,6 +14,7 @@ import (
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/pid1link"
 )
 
 // ExecResponse is the result of a command. exit_code, duration_ms, stdout, stderr and truncated keep the
@@ -258,6 +259,13 @@ func (s *Server) execError(err error, ns string) *Error {
 	case errors.Is(err, exec.ErrRuntimeStart):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: time.Second,
 			Message: "the node's container runtime could not start the command (it did not run; the node may be overloaded): " + err.Error()}
+	case errors.Is(err, exec.ErrNoSupervisorKey):
+		return &Error{Status: http.StatusConflict, Code: CodeNotReady,
+			Message: "the sandbox's supervisor has no attested key in its status (a sandbox made before this release: recreate it); the command did not run"}
+	case errors.Is(err, pid1link.ErrWrongKey):
+		s.opts.Logger.Error(err, "a sandbox's supervisor did not prove the key its status records", "namespace", ns)
+		return &Error{Status: http.StatusBadGateway, Code: CodeUnavailable, RetryAfter: time.Second,
+			Message: "the sandbox did not prove the supervisor key recorded for it; the command did not run"}
 	case errors.Is(err, exec.ErrNotStarted) && isNetError(err):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: retryAfterBudget, Message: "the cluster is unreachable; the command did not run"}
 	case errors.Is(err, exec.ErrNotStarted):

@@ -12,7 +12,7 @@ var ImageRepository = "localhost/airlock"
 func InitImage() string { return ImageRepository + "/init:" + Version }
 
 // InitProtocol is the contract between the manager and gateway and the airlock-init in a sandbox: PID 1's
-// flags and the exec frames. Bump it when either changes incompatibly. The manager passes it to PID 1
-// (--protocol), which refuses to start under another: an image that ships its own airlock-init (a template's
-// init: Image) may hold one of another release.
-const InitProtocol = 1
+// flags, its attestation and the session (pid1link, runwrap's calls). Bump it when any changes incompatibly. The
+// manager passes it to PID 1 (--protocol), which refuses to start under another: an image that ships its own
+// airlock-init (a template's init: Image) may hold one of another release. 2: sessions and attestation.
+const InitProtocol = 2
