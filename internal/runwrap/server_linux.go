@@ -122,6 +122,7 @@ func Listen() (*net.UnixListener, error) {
 const (
 	acceptBackoffMax   = time.Second
 	acceptFailureGrace = 10 * time.Second
+	acceptLogEvery     = 10 * time.Second
 	// requestTimeout bounds how long a connected client may take to send its
 	// request and descriptors: an idle connection must not hold a descriptor.
 	requestTimeout = 10 * time.Second
@@ -131,6 +132,8 @@ const (
 func (s *Supervisor) Serve(ln *net.UnixListener) error {
 	go s.refillSpare()
 	var pause time.Duration
+	var failures int
+	var logged time.Time
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -138,16 +141,16 @@ func (s *Supervisor) Serve(ln *net.UnixListener) error {
 				s.acceptFailingSince.Store(&time.Time{}) // no longer serving at all
 				return nil
 			}
-			if s.acceptFailingSince.CompareAndSwap(nil, ptrTo(time.Now())) {
-				fmt.Fprintf(s.log, "airlock-init pid1: accept: %v (retrying)\n", err)
+			s.acceptFailingSince.CompareAndSwap(nil, ptrTo(time.Now()))
+			if failures++; time.Since(logged) > acceptLogEvery {
+				fmt.Fprintf(s.log, "airlock-init pid1: accept: %v (%d failures; retrying)\n", err, failures)
+				logged, failures = time.Now(), 0
 			}
 			pause = min(max(2*pause, 5*time.Millisecond), acceptBackoffMax)
 			time.Sleep(pause)
 			continue
 		}
-		if s.acceptFailingSince.Swap(nil) != nil {
-			fmt.Fprintln(s.log, "airlock-init pid1: accept works again")
-		}
+		s.acceptFailingSince.Store(nil)
 		pause = 0
 		go s.serve(c)
 	}

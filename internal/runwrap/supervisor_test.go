@@ -1,12 +1,16 @@
 package runwrap
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"airlock.dev/airlock/internal/testutil/sleepers"
 )
@@ -156,5 +160,50 @@ func TestSpareKeeperKilled(t *testing.T) {
 	r := runWrapper(t, nil, "--shell", "echo ok")
 	if r.trailer == nil || r.trailer.ExitCode != 0 || r.stdout != "ok\n" {
 		t.Fatalf("run after the spare keeper was killed: %+v stdout %q", r.trailer, r.stdout)
+	}
+}
+
+// PID 1 out of descriptors (the sandbox's commands can use up what the node allows) keeps accepting once some
+// are free again: a failed accept is retried, not the end of the service. Fails with Serve returning on an
+// accept error (checked once: the session after the flood was refused).
+func TestAcceptRecoversFromEMFILE(t *testing.T) {
+	env := []string{SocketEnv + fmt.Sprintf("=@airlock-runwrap-emfile-%d", os.Getpid())}
+	pid1, key, err := startPID1Env(wrapperBin, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pid1.Process.Kill(); _ = pid1.Wait() }()
+	openSessionEnv(t, env, key).close() // it serves
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid1.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var was unix.Rlimit
+	if err := unix.Prlimit(pid1.Process.Pid, unix.RLIMIT_NOFILE, nil, &was); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Prlimit(pid1.Process.Pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: uint64(len(fds) + 4), Max: was.Max}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Idle connections hold one descriptor each in PID 1 until they send their request: more than it may open.
+	addr := &net.UnixAddr{Name: strings.TrimPrefix(env[0], SocketEnv+"="), Net: "unix"}
+	var idle []*net.UnixConn
+	for range 12 {
+		c, err := net.DialUnix("unix", nil, addr)
+		if err != nil {
+			break
+		}
+		idle = append(idle, c)
+	}
+	time.Sleep(500 * time.Millisecond) // accepts fail with EMFILE meanwhile
+	for _, c := range idle {
+		_ = c.Close()
+	}
+	if err := unix.Prlimit(pid1.Process.Pid, unix.RLIMIT_NOFILE, &was, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, rep := runOn(t, openSessionEnv(t, env, key), parseRun(t, "--", "echo", "served"), nil)
+	if rep.Error != "" || r.stdout != "served\n" {
+		t.Fatalf("after the descriptors were freed: %+v %q", rep, r.stdout)
 	}
 }
