@@ -69,3 +69,7 @@ func (b *templateBuilder) defaultTimeout(d time.Duration) *templateBuilder {
 }
 
 func (b *templateBuilder) obj() *airlockv1.SandboxTemplate { return b.t.DeepCopy() }
+
+func (b *sandboxBuilder) env(e ...airlockv1.EnvVar) *sandboxBuilder { b.s.Spec.Env = e; return b }
+
+func (b *templateBuilder) env(e ...airlockv1.EnvVar) *templateBuilder { b.t.Spec.Env = e; return b }
