@@ -66,6 +66,10 @@ type Request struct {
 	EOF  bool   `json:"eof,omitempty"`
 	// Signal, for OpSignal (and from PID 1 to a keeper), names the signal.
 	Signal string `json:"signal,omitempty"`
+	// ReserveReply, on a session client's side only (never sent), is called with the length of PID 1's reply
+	// before it is read, so that the caller counts the memory first (a process list or an output read can be
+	// megabytes); an error abandons the call and is returned, wrapped.
+	ReserveReply func(n int) error `json:"-"`
 }
 
 // Reply is the supervisor's answer to a client.
@@ -132,11 +136,20 @@ func WriteFrame(w io.Writer, v any) error {
 // ReadFrame reads exactly one frame into v and nothing after it, so the bytes
 // that follow (the command's stdin) stay unread. r should be unbuffered.
 func ReadFrame(r io.Reader, v any) error {
+	n, err := readFrameHeader(r, maxFrame)
+	if err != nil {
+		return err
+	}
+	return readFrameBody(r, n, v)
+}
+
+// readFrameHeader reads a frame's header and returns its length, refusing one over limit.
+func readFrameHeader(r io.Reader, limit int) (int, error) {
 	hdr := make([]byte, 0, 32)
 	var c [1]byte
 	for len(hdr) < cap(hdr) {
 		if _, err := io.ReadFull(r, c[:]); err != nil {
-			return fmt.Errorf("read frame header: %w", err)
+			return 0, fmt.Errorf("read frame header: %w", err)
 		}
 		if c[0] == '\n' {
 			break
@@ -144,12 +157,20 @@ func ReadFrame(r io.Reader, v any) error {
 		hdr = append(hdr, c[0])
 	}
 	if len(hdr) <= len(frameMagic) || string(hdr[:len(frameMagic)]) != frameMagic {
-		return errors.New("not an airlock frame")
+		return 0, errors.New("not an airlock frame")
 	}
 	n, err := strconv.Atoi(string(hdr[len(frameMagic):]))
-	if err != nil || n < 0 || n > maxFrame {
-		return fmt.Errorf("bad frame length %q", hdr[len(frameMagic):])
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad frame length %q", hdr[len(frameMagic):])
 	}
+	if n > limit {
+		return 0, fmt.Errorf("frame of %d bytes: at most %d", n, limit)
+	}
+	return n, nil
+}
+
+// readFrameBody reads the n bytes of a frame's JSON into v.
+func readFrameBody(r io.Reader, n int, v any) error {
 	js := make([]byte, n)
 	if _, err := io.ReadFull(r, js); err != nil {
 		return fmt.Errorf("read frame: %w", err)

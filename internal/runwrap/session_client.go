@@ -27,7 +27,8 @@ func NewSessionClient(cc *http2.ClientConn) *SessionClient { return &SessionClie
 // run's outcome may still be read with OpStatus.
 var ErrNoReply = errors.New("the run's answer ended without its reply")
 
-// maxControlReply bounds a control reply: an output read holds up to 1 MiB per stream, base64-encoded.
+// maxControlReply bounds a control reply: an output read holds up to 1 MiB per stream, base64-encoded. A longer
+// one is refused from its header, before anything is allocated for it.
 const maxControlReply = 4 << 20
 
 // Run runs cfg in the foreground: stdin (nil for none) is streamed to the command, its output is written to
@@ -89,8 +90,17 @@ func (c *SessionClient) Control(ctx context.Context, req *Request) (*Reply, erro
 		return nil, err
 	}
 	defer resp.Body.Close()
+	n, err := readFrameHeader(resp.Body, maxControlReply)
+	if err != nil {
+		return nil, fmt.Errorf("read control reply: %w", err)
+	}
+	if req.ReserveReply != nil {
+		if err := req.ReserveReply(n); err != nil {
+			return nil, fmt.Errorf("a control reply of %d bytes: %w", n, err)
+		}
+	}
 	var rep Reply
-	if err := ReadFrame(io.LimitReader(resp.Body, maxControlReply), &rep); err != nil {
+	if err := readFrameBody(resp.Body, n, &rep); err != nil {
 		return nil, fmt.Errorf("read control reply: %w", err)
 	}
 	return &rep, nil
@@ -122,6 +132,9 @@ func interruptible(r io.Reader) io.ReadCloser {
 	}()
 	return pr
 }
+
+// Usable reports whether the session can take another call.
+func (c *SessionClient) Usable() bool { return c.cc.CanTakeNewRequest() }
 
 // Close ends the session.
 func (c *SessionClient) Close() error { return c.cc.Close() }
