@@ -38,6 +38,7 @@ import (
 type flags struct {
 	listen, keyNamespace, defaultTemplate, protocol string
 	metricsListen, serviceName, serviceNamespace    string
+	metricsCertDir                                  string
 	readyTimeout, maxExecTimeout, shutdownGrace     time.Duration
 	maxBody, maxFile, defaultOutput                 int64
 	memoryLimit, maxInflight, maxInflightPerTenant  int64
@@ -46,16 +47,21 @@ type flags struct {
 	logCommands, devLogs                            bool
 	activityFlush                                   time.Duration
 	mcpSessionTimeout                               time.Duration
+	sessionIdle                                     time.Duration
+	maxSessions                                     int
 }
 
 func parseFlags() flags {
 	var f flags
 	fs := flag.CommandLine
 	fs.StringVar(&f.listen, "listen", ":8080", "address to serve the API and /healthz on")
-	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address to serve /metrics on, apart from the API so that only scrapers reach it; \"0\" disables it")
-	fs.StringVar(&f.keyNamespace, "key-namespace", envOr("POD_NAMESPACE", "airlock-system"), "namespace of the API key Secrets (the gateway's own; default $POD_NAMESPACE)")
+	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address to serve /metrics on, apart from the API: HTTPS, for callers the API server authorizes for GET /metrics (as the manager's); \"0\" disables it")
+	fs.StringVar(&f.metricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for /metrics, reloaded when they change (empty: a self-signed certificate made at start)")
+	fs.StringVar(&f.keyNamespace, "key-namespace", "airlock-keys", "namespace of the API key Secrets: one that holds nothing else, since the gateway may read every Secret in it")
 	fs.StringVar(&f.defaultTemplate, "default-template", "python-node", "SandboxTemplate used when a create request names none (it must exist in each tenant namespace)")
 	fs.StringVar(&f.protocol, "exec-protocol", "auto", "pods/exec transport: auto (WebSocket, falling back to SPDY), spdy or websocket")
+	fs.DurationVar(&f.sessionIdle, "session-idle", exec.DefaultSessionIdle, "how long a sandbox's session (one exec held open, which carries all its calls) stays open unused")
+	fs.IntVar(&f.maxSessions, "max-sessions", exec.DefaultMaxSessions, "sessions this replica holds open at most (about 100 KiB each); past it the least recently used idle one closes")
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 60*time.Second, "how long POST /v1/sandboxes waits for Ready before answering with status pending")
 	fs.DurationVar(&f.maxExecTimeout, "max-exec-timeout", time.Hour, "largest timeout_ms a command may ask for")
 	fs.Int64Var(&f.maxBody, "max-body-bytes", 1<<20, "largest JSON request body (exec stdin included); larger is 413")
@@ -120,11 +126,17 @@ func run(f flags, log logr.Logger) error {
 	errc := make(chan error, 2)
 	go func() { errc <- fmt.Errorf("listen %s: %w", f.listen, srv.ListenAndServe()) }()
 	if f.metricsListen != "0" {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", gw.MetricsHandler())
-		msrv := &http.Server{Addr: f.metricsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- fmt.Errorf("metrics listen %s: %w", f.metricsListen, msrv.ListenAndServe()) }()
-		defer msrv.Close()
+		msrv, err := newMetricsServer(cfg, f.metricsListen, f.metricsCertDir, gw.MetricsHandler(), log.WithName("metrics"))
+		if err != nil {
+			return err
+		}
+		mctx, stopMetrics := context.WithCancel(ctx)
+		defer stopMetrics()
+		go func() {
+			if err := msrv.serve(mctx); err != nil {
+				errc <- err
+			}
+		}()
 	}
 	log.Info("serving", "listen", f.listen, "metricsListen", f.metricsListen, "keyNamespace", f.keyNamespace, "defaultTemplate", f.defaultTemplate)
 	select {
@@ -204,11 +216,13 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 		OOMChecker: exec.PodOOMChecker(func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 			return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		}),
+		SessionIdle: f.sessionIdle, MaxSessions: f.maxSessions,
 		Logger: log.WithName("exec"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("exec engine: %w", err)
 	}
+	go func() { <-ctx.Done(); engine.Close() }()
 	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
 	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
 		return nil, fmt.Errorf("events: %w", err)

@@ -62,16 +62,16 @@ func (e *Engine) Control(ctx context.Context, target Request, creq runwrap.Reque
 	return e.exchange(ctx, &target, &creq)
 }
 
-// exchange makes one control call on a session with target's supervisor.
+// exchange makes one control call on target's session.
 func (e *Engine) exchange(ctx context.Context, target *Request, creq *runwrap.Request) (*runwrap.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
-	sess, err := e.openSession(ctx, target)
+	sess, release, err := e.sessions.acquire(ctx, target)
 	if err != nil {
 		return nil, err
 	}
-	defer sess.close()
 	rep, err := sess.Control(ctx, creq)
+	release(err != nil && !sess.usable())
 	if err != nil {
 		return nil, fmt.Errorf("exec in %s/%s: no reply from the sandbox's supervisor: %w", target.Namespace, target.Pod, err)
 	}

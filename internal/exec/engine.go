@@ -58,13 +58,20 @@ type Options struct {
 	// OOMChecker, if set, is asked whether a SIGKILLed or lost command was an
 	// OOM kill (see PodOOMChecker).
 	OOMChecker OOMChecker
-	Logger     logr.Logger
+	// SessionIdle is how long a sandbox's session stays open unused (default
+	// DefaultSessionIdle); MaxSessions bounds the open ones (default
+	// DefaultMaxSessions).
+	SessionIdle time.Duration
+	MaxSessions int
+	Logger      logr.Logger
 }
 
-// Engine runs commands in sandbox containers over pods/exec.
+// Engine runs commands in sandbox containers: each sandbox's calls share one
+// session with its PID 1 (sessions.go), one exec held open while in use.
 type Engine struct {
-	cfg  *rest.Config
-	opts Options
+	cfg      *rest.Config
+	opts     Options
+	sessions *sessionPool
 }
 
 // New returns an Engine using cfg to reach the API server.
@@ -94,11 +101,22 @@ func New(cfg *rest.Config, opts Options) (*Engine, error) {
 	if opts.RuntimeStartRetry == 0 {
 		opts.RuntimeStartRetry = 15 * time.Second
 	}
+	if opts.SessionIdle <= 0 {
+		opts.SessionIdle = DefaultSessionIdle
+	}
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
 	}
-	return &Engine{cfg: rest.CopyConfig(cfg), opts: opts}, nil
+	e := &Engine{cfg: rest.CopyConfig(cfg), opts: opts}
+	e.sessions = newSessionPool(e.openSession, opts.SessionIdle, opts.MaxSessions)
+	return e, nil
 }
+
+// Close ends every session the engine holds open.
+func (e *Engine) Close() { e.sessions.closeAll() }
 
 // Run runs the command and returns its result with output cut to budget.
 func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
@@ -147,16 +165,16 @@ func (e *Engine) attempt(ctx context.Context, req Request, onChunk func(Chunk) e
 	wc := wrapperConfig(&req, id, timeout, e.opts.Grace, e.opts.OutDir)
 	runCtx, cancel := context.WithTimeout(ctx, timeout+e.opts.Grace+e.opts.DeadlineMargin)
 	defer cancel()
-	sess, err := e.openSession(runCtx, &req)
+	sess, release, err := e.sessions.acquire(runCtx, &req)
 	if err != nil {
 		return nil, err
 	}
-	defer sess.close()
 
 	head, tail := req.budget()
 	col := newCollector(head, tail, onChunk, cancel)
 	start := time.Now()
 	rep, runErr := sess.Run(runCtx, &wc, req.stdin(), col.stdout(), col.stderr())
+	release(runErr != nil && !sess.usable())
 	elapsed := time.Since(start)
 	emitErr := col.finish()
 	log := e.opts.Logger.WithValues("namespace", req.Namespace, "pod", req.Pod, "protocol", sess.proto)
@@ -261,13 +279,13 @@ func TrailerOutcome(tr *runwrap.Trailer) (Outcome, string) {
 func (e *Engine) recoverOutcome(ctx context.Context, log logr.Logger, req *Request, id string) *runwrap.Trailer {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.DeadlineMargin)
 	defer cancel()
-	sess, err := e.openSession(ctx, req)
+	sess, release, err := e.sessions.acquire(ctx, req)
 	if err != nil {
 		log.V(1).Info("asking the supervisor for a lost run's outcome", "error", err.Error())
 		return nil
 	}
-	defer sess.close()
 	rep, err := sess.Control(ctx, &runwrap.Request{Op: runwrap.OpStatus, Config: runwrap.Config{ID: id}, Cancel: true, Wait: e.opts.Grace + 5*time.Second})
+	release(err != nil && !sess.usable())
 	if err != nil || !rep.Done || rep.Trailer == nil {
 		log.V(1).Info("asking the supervisor for a lost run's outcome", "error", fmt.Sprint(err))
 		return nil

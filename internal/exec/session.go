@@ -124,6 +124,17 @@ func (s *session) openError(target *Request, dialErr error, at *attempt) error {
 	return fmt.Errorf("%s: %w: %w: %w (exec: %v; its stderr: %q)", where, ErrNotStarted, errHandshake, dialErr, s.execErr, msg)
 }
 
+// usable reports whether the session can take another call: its exec still runs and its HTTP/2 connection
+// takes new streams.
+func (s *session) usable() bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+	}
+	return s.Usable()
+}
+
 // close ends the session and its exec.
 func (s *session) close() {
 	_ = s.SessionClient.Close()

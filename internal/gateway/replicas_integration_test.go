@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"airlock.dev/airlock/internal/exec"
 )
 
 // gatewaySlice is an EndpointSlice of Service gw in ns with one endpoint per ready flag, as the EndpointSlice
@@ -58,8 +60,13 @@ func TestIntegrationExecLimitHoldsAcrossReplicas(t *testing.T) {
 		counters = append(counters, rc)
 		gws = append(gws, newGateway(t, func(o *Options) {
 			o.MaxExecsPerTenant, o.Replicas = limit, rc.Count
-			if i > 0 { // the same key Secrets, as two pods of one Deployment read
+			if i > 0 { // the same key Secrets and the same sandboxes, as two pods of one Deployment see
 				o.Auth = gws[0].srv.opts.Auth
+				engine, err := exec.New(gws[0].exec.RESTConfig(), exec.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.Engine = engine
 			}
 		}))
 	}
