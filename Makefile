@@ -84,7 +84,7 @@ envtest-assets: ## Build etcd, kube-apiserver and kubectl for envtest into the m
 
 .PHONY: test-integration
 test-integration: envtest-assets ## Integration tests against a real kube-apiserver + etcd (envtest).
-	KUBEBUILDER_ASSETS=$(K8S_BIN_DIR) go test $(GO_TEST_FLAGS) ./internal/controller/... ./internal/gateway/... ./internal/webhook/... ./cmd/manager/... -run 'Integration' -count=1 -v
+	KUBEBUILDER_ASSETS=$(K8S_BIN_DIR) go test $(GO_TEST_FLAGS) ./internal/controller/... ./internal/gateway/... ./internal/webhook/... ./cmd/manager/... ./cmd/gateway/... -run 'Integration' -count=1 -v
 
 .PHONY: test-e2e
 test-e2e: $(HELM) ## End-to-end tests on the local cluster, then a Helm install (brings it up and down; first time builds it).

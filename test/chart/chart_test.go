@@ -279,6 +279,8 @@ func TestGatewayRBACIsLeastPrivilege(t *testing.T) {
 		{APIGroups: []string{"sandbox.airlock.dev"}, Resources: []string{"sandboxpools"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 	}
 	if !reflect.DeepEqual(cr.Rules, want) {
 		t.Errorf("gateway cluster rules:\n got %v\nwant %v", cr.Rules, want)

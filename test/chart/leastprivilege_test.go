@@ -108,8 +108,8 @@ func TestCLIExecBindingMatchesTheInstall(t *testing.T) {
 	}
 }
 
-// /metrics is never on the gateway's API port nor readable anonymously from the manager; the ServiceMonitors
-// still reach both.
+// /metrics is never on the gateway's API port nor readable anonymously from the manager or the gateway; the
+// ServiceMonitors still reach both, with the scraper's token.
 func TestMetricsAreServedApart(t *testing.T) {
 	objs := render(t, append(valueSets["service-monitor"], "--set", "gateway.service.type=LoadBalancer")...)
 	gw := into[appsv1.Deployment](t, objs.must(t, "Deployment", releaseNamespace, "airlock-gateway")).Spec.Template.Spec.Containers[0]
@@ -139,15 +139,17 @@ func TestMetricsAreServedApart(t *testing.T) {
 	if !slices.Contains(mgr.Args, "--metrics-bind-address=:8443") {
 		t.Errorf("manager args %v", mgr.Args)
 	}
-	// The manager asks the API server about each scraper's token.
-	var canReview []string
-	for _, r := range into[rbacv1.ClusterRole](t, objs.must(t, "ClusterRole", "", "airlock-manager")).Rules {
-		if slices.Contains(r.Verbs, "create") {
-			canReview = append(canReview, r.Resources...)
+	// The manager and the gateway ask the API server about each scraper's token.
+	for _, role := range []string{"airlock-manager", "airlock-gateway"} {
+		var canReview []string
+		for _, r := range into[rbacv1.ClusterRole](t, objs.must(t, "ClusterRole", "", role)).Rules {
+			if slices.Contains(r.Verbs, "create") {
+				canReview = append(canReview, r.Resources...)
+			}
 		}
-	}
-	if !slices.Contains(canReview, "tokenreviews") || !slices.Contains(canReview, "subjectaccessreviews") {
-		t.Errorf("manager may create %v: it needs tokenreviews and subjectaccessreviews for /metrics", canReview)
+		if !slices.Contains(canReview, "tokenreviews") || !slices.Contains(canReview, "subjectaccessreviews") {
+			t.Errorf("%s may create %v: it needs tokenreviews and subjectaccessreviews for /metrics", role, canReview)
+		}
 	}
 	reader := into[rbacv1.ClusterRole](t, objs.must(t, "ClusterRole", "", "airlock-metrics-reader")).Rules
 	wantReader := into[rbacv1.ClusterRole](t, readYAML(t, "config/rbac/metrics_reader_role.yaml")[0]).Rules
@@ -183,14 +185,18 @@ func TestMetricsAreServedApart(t *testing.T) {
 			t.Errorf("ServiceMonitor %s scrapes port %v, which Service %s lacks", sm, ep["port"], svc)
 		}
 	}
-	ep := func() map[string]any {
-		eps, _, _ := unstructured.NestedSlice(sms["airlock-manager-metrics"].Object, "spec", "endpoints")
-		return eps[0].(map[string]any)
-	}()
-	secretName, _, _ := unstructured.NestedString(ep, "authorization", "credentials", "name")
-	skip, _, _ := unstructured.NestedBool(ep, "tlsConfig", "insecureSkipVerify")
-	if ep["scheme"] != "https" || secretName == "" || !skip {
-		t.Fatalf("manager ServiceMonitor endpoint %v: want https, a bearer token Secret, and the self-signed certificate accepted", ep)
+	// Both are scraped as the manager's always was: HTTPS and the scraper's token. A gateway ServiceMonitor
+	// without them would get 401 from the gateway's authorized /metrics.
+	var secretName string
+	for _, sm := range []string{"airlock-manager-metrics", "airlock-gateway-metrics"} {
+		eps, _, _ := unstructured.NestedSlice(sms[sm].Object, "spec", "endpoints")
+		ep := eps[0].(map[string]any)
+		name, _, _ := unstructured.NestedString(ep, "authorization", "credentials", "name")
+		skip, _, _ := unstructured.NestedBool(ep, "tlsConfig", "insecureSkipVerify")
+		if ep["scheme"] != "https" || name == "" || !skip || (secretName != "" && name != secretName) {
+			t.Fatalf("%s ServiceMonitor endpoint %v: want https, the scraper's token Secret, and the self-signed certificate accepted", sm, ep)
+		}
+		secretName = name
 	}
 	sec := into[corev1.Secret](t, objs.must(t, "Secret", releaseNamespace, secretName))
 	sa := sec.Annotations[corev1.ServiceAccountNameKey]
