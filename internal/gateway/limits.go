@@ -140,6 +140,18 @@ const (
 	fileChunk = 256 << 10
 )
 
+// replyCost is what holding a reply of n bytes from a sandbox's PID 1 costs: the frame and what it decodes to.
+// A reply is counted before it is read (runwrap.Request.ReserveReply), from the length its header gives.
+func replyCost(n int) int64 { return 2 * int64(n) }
+
+// asError is e as an error: nil stays nil (a nil *Error in an error would not).
+func asError(e *Error) error {
+	if e == nil {
+		return nil
+	}
+	return e
+}
+
 // execCost is the most a command with this per-stream budget and stdin can hold.
 func execCost(keepBytes, stdinBytes int) int64 {
 	return callOverhead + 2*2*int64(keepBytes) + int64(stdinBytes)

@@ -153,42 +153,78 @@ func (s *Server) target(sb *airlockv1.Sandbox) exec.Request {
 		SupervisorKey: sb.Status.SupervisorKey}
 }
 
-// processCall is the common part of the process endpoints: a ready sandbox of the caller's, an exec slot, and
+// processCall is one call of the process endpoints: a ready sandbox of the caller's, an exec slot, memory, and
 // the process id from the path.
-func (s *Server) processCall(w http.ResponseWriter, r *http.Request, p auth.Principal) (ProcessController, *airlockv1.Sandbox, string, func(), bool) {
+type processCall struct {
+	pc  ProcessController
+	sb  *airlockv1.Sandbox
+	pid string
+	// mem holds base, what the call needs besides PID 1's replies; control grows it by each reply before
+	// reading it.
+	mem  *reservation
+	base int64
+	// answerPerReplyByte is what the answer holds per byte of a reply, for calls that answer with the reply
+	// re-encoded (the list).
+	answerPerReplyByte int64
+	end                func()
+}
+
+// openProcessCall checks the call and takes what it holds: an exec slot and callOverhead of memory.
+func (s *Server) openProcessCall(w http.ResponseWriter, r *http.Request, p auth.Principal) (*processCall, bool) {
 	pc, ok := s.processes(w)
 	if !ok {
-		return nil, nil, "", nil, false
+		return nil, false
 	}
 	id, e := sandboxID(r)
 	if e != nil {
 		writeError(w, e)
-		return nil, nil, "", nil, false
+		return nil, false
 	}
 	pid := r.PathValue("pid")
 	if pid != "" && !runwrap.ValidID(pid) {
 		writeError(w, notFound("process "+strconv.Quote(pid)))
-		return nil, nil, "", nil, false
+		return nil, false
 	}
 	sb, e := s.readySandbox(r.Context(), p, id)
 	if e != nil {
 		writeError(w, e)
-		return nil, nil, "", nil, false
+		return nil, false
 	}
 	release, e := s.acquireExec(p)
 	if e != nil {
 		writeError(w, e)
-		return nil, nil, "", nil, false
+		return nil, false
+	}
+	mem, e := s.reserve(p, callOverhead)
+	if e != nil {
+		release()
+		writeError(w, e)
+		return nil, false
 	}
 	end := s.opts.Activity.Begin(sb.Namespace, sb.Name) // reading or steering a process is using the sandbox
-	return pc, sb, pid, func() { end(); release() }, true
+	return &processCall{pc: pc, sb: sb, pid: pid, mem: mem, base: callOverhead,
+		end: func() { end(); mem.release(); release() }}, true
 }
 
-// control sends one request for process pid and maps "unknown" to 404.
-func (s *Server) control(w http.ResponseWriter, r *http.Request, pc ProcessController, sb *airlockv1.Sandbox, req runwrap.Request) (*runwrap.Reply, bool) {
-	rep, err := pc.Control(r.Context(), s.target(sb), req)
+// hold sets what the call needs besides PID 1's replies to base bytes.
+func (c *processCall) hold(base int64) *Error {
+	c.base = base
+	return c.mem.resize(base)
+}
+
+// control sends one request about c's sandbox and maps "unknown" to 404. PID 1's reply is counted in the
+// call's memory before it is read: a reply the budget cannot hold ends the call with 429 or 503.
+func (s *Server) control(w http.ResponseWriter, r *http.Request, c *processCall, req runwrap.Request) (*runwrap.Reply, bool) {
+	req.ReserveReply = func(n int) error {
+		return asError(c.mem.resize(c.base + replyCost(n) + c.answerPerReplyByte*int64(n)))
+	}
+	rep, err := c.pc.Control(r.Context(), s.target(c.sb), req)
 	if err != nil {
-		writeError(w, s.processError(err, sb.Namespace))
+		e := s.processError(err, c.sb.Namespace)
+		if e.Code == CodeOutputBudget || e.Code == CodeGatewayBusy {
+			s.metrics.rejected.WithLabelValues(c.sb.Namespace, e.Code).Inc()
+		}
+		writeError(w, e)
 		return nil, false
 	}
 	if !rep.Known {
@@ -199,12 +235,13 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request, pc ProcessContr
 }
 
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	pc, sb, _, release, ok := s.processCall(w, r, p)
+	c, ok := s.openProcessCall(w, r, p)
 	if !ok {
 		return
 	}
-	defer release()
-	rep, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpList})
+	defer c.end()
+	c.answerPerReplyByte = listAnswerPerReplyByte
+	rep, ok := s.control(w, r, c, runwrap.Request{Op: runwrap.OpList})
 	if !ok {
 		return
 	}
@@ -218,6 +255,10 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, p auth.Pr
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// listAnswerPerReplyByte bounds the list's answer per byte of PID 1's list: the views hold the reply's strings,
+// and their JSON is at most the reply's plus the outcome's words.
+const listAnswerPerReplyByte = 2
 
 // getProcess answers the process with its output from stdout_offset / stderr_offset (max_bytes of each,
 // default 64 KiB); wait_ms waits up to that long for a running process to end first.
@@ -236,32 +277,31 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request, p auth.Princ
 	if q.Get("max_bytes") == "" {
 		limit = defaultProcessRead
 	}
-	pc, sb, pid, release, ok := s.processCall(w, r, p)
+	c, ok := s.openProcessCall(w, r, p)
 	if !ok {
 		return
 	}
-	defer release()
+	defer c.end()
 	// Each stream is read up to hold bytes either side of the asked range, so that a value
 	// crossing its edges is masked whole, whatever offsets and sizes the caller picks.
 	// A few bytes more at the end let a read finish a character it would cut, however small max_bytes is.
-	mask := s.maskerFor(r.Context(), sb)
+	mask := s.maskerFor(r.Context(), c.sb)
 	if mask == nil {
 		mask = &masker{}
 	}
 	hold := int64(max(mask.hold, utf8.UTFMax-1))
-	mem, e := s.reserve(p, execCost(4*int(limit+2*hold), 0)) // base64 in the reply, escaping in the answer
-	if e != nil {
+	if e := c.hold(callOverhead + outputAnswerCost(mask, limit+2*hold)); e != nil {
+		s.metrics.rejected.WithLabelValues(p.Tenant, e.Code).Inc()
 		writeError(w, e)
 		return
 	}
-	defer mem.release()
 	if wait > 0 {
-		if _, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpStatus, Config: runwrap.Config{ID: pid}, Wait: time.Duration(wait) * time.Millisecond}); !ok {
+		if _, ok := s.control(w, r, c, runwrap.Request{Op: runwrap.OpStatus, Config: runwrap.Config{ID: c.pid}, Wait: time.Duration(wait) * time.Millisecond}); !ok {
 			return
 		}
 	}
 	readOut, readErr := max(outOff-hold, 0), max(errOff-hold, 0)
-	rep, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpOutput, Config: runwrap.Config{ID: pid},
+	rep, ok := s.control(w, r, c, runwrap.Request{Op: runwrap.OpOutput, Config: runwrap.Config{ID: c.pid},
 		StdoutOffset: readOut, StderrOffset: readErr, Limit: int(limit + 2*hold)})
 	if !ok {
 		return
@@ -274,6 +314,26 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request, p auth.Princ
 		out.StdoutSize, out.StderrSize = o.StdoutSize, o.StderrSize
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// outputAnswerCost is the most the answer to an output read of n bytes per stream holds besides PID 1's reply:
+// for each stream its text and the text's JSON. A byte read becomes at most g bytes of text (textGrowth) and
+// at most max(g, 6) of JSON (a control byte is escaped as \u00XX); a value cut at either edge of the read adds
+// at most a whole [masked:NAME] to both.
+func outputAnswerCost(mask *masker, n int64) int64 {
+	g, marker := textGrowth(mask)
+	return 2 * ((g+max(g, 6))*n + 2*2*marker)
+}
+
+// textGrowth is the most text one byte of output becomes: 3 (U+FFFD for an invalid byte), or more where a
+// short secret value is shown as a longer [masked:NAME]; and the longest such marker.
+func textGrowth(mask *masker) (g, marker int64) {
+	g = 3
+	for i, v := range mask.values {
+		shown := int64(len("[masked:]") + len(mask.names[i]))
+		g, marker = max(g, (shown+int64(len(v))-1)/int64(len(v))), max(marker, shown)
+	}
+	return g, marker
 }
 
 // readText renders what a read of one stream returned: win holds the file's bytes from winOff, the caller asked
@@ -319,12 +379,12 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, p auth.Pri
 	}) {
 		return
 	}
-	pc, sb, pid, release, ok := s.processCall(w, r, p)
+	c, ok := s.openProcessCall(w, r, p)
 	if !ok {
 		return
 	}
-	defer release()
-	rep, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpStdin, Config: runwrap.Config{ID: pid}, Data: []byte(req.Data), EOF: req.EOF})
+	defer c.end()
+	rep, ok := s.control(w, r, c, runwrap.Request{Op: runwrap.OpStdin, Config: runwrap.Config{ID: c.pid}, Data: []byte(req.Data), EOF: req.EOF})
 	if ok {
 		writeJSON(w, http.StatusOK, viewOfProcess(rep.Process))
 	}
@@ -344,12 +404,12 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, p auth.Pr
 	}) {
 		return
 	}
-	pc, sb, pid, release, ok := s.processCall(w, r, p)
+	c, ok := s.openProcessCall(w, r, p)
 	if !ok {
 		return
 	}
-	defer release()
-	rep, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpSignal, Config: runwrap.Config{ID: pid}, Signal: req.Signal})
+	defer c.end()
+	rep, ok := s.control(w, r, c, runwrap.Request{Op: runwrap.OpSignal, Config: runwrap.Config{ID: c.pid}, Signal: req.Signal})
 	if ok {
 		writeJSON(w, http.StatusOK, viewOfProcess(rep.Process))
 	}
@@ -357,15 +417,15 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, p auth.Pr
 
 // killProcess kills the process's tree (SIGTERM, grace, SIGKILL) and answers once it has ended.
 func (s *Server) killProcess(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	pc, sb, pid, release, ok := s.processCall(w, r, p)
+	c, ok := s.openProcessCall(w, r, p)
 	if !ok {
 		return
 	}
-	defer release()
-	if _, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpKill, Config: runwrap.Config{ID: pid}}); !ok {
+	defer c.end()
+	if _, ok := s.control(w, r, c, runwrap.Request{Op: runwrap.OpKill, Config: runwrap.Config{ID: c.pid}}); !ok {
 		return
 	}
-	rep, ok := s.control(w, r, pc, sb, runwrap.Request{Op: runwrap.OpStatus, Config: runwrap.Config{ID: pid}, Wait: runwrap.DefaultGrace + 5*time.Second})
+	rep, ok := s.control(w, r, c, runwrap.Request{Op: runwrap.OpStatus, Config: runwrap.Config{ID: c.pid}, Wait: runwrap.DefaultGrace + 5*time.Second})
 	if ok {
 		writeJSON(w, http.StatusOK, viewOfProcess(rep.Process))
 	}
@@ -373,6 +433,9 @@ func (s *Server) killProcess(w http.ResponseWriter, r *http.Request, p auth.Prin
 
 // processError maps an engine error of a process call: the supervisor's refusals are the caller's (409).
 func (s *Server) processError(err error, ns string) *Error {
+	if budget := (*Error)(nil); errors.As(err, &budget) {
+		return budget // the memory budget refused to hold PID 1's reply
+	}
 	if errors.Is(err, exec.ErrSupervisor) {
 		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: strings.TrimPrefix(err.Error(), exec.ErrSupervisor.Error()+": ")}
 	}
