@@ -114,6 +114,13 @@ func (c *collector) finish() error {
 	return c.err
 }
 
+// received is how many raw bytes of each stream arrived so far.
+func (c *collector) received() [2]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return [2]int64{c.streams[0].cap.total, c.streams[1].cap.total}
+}
+
 // render returns a stream's kept text; call after finish.
 func (c *collector) render(i int, fullPath string) (string, StreamTruncation, int64) {
 	c.mu.Lock()

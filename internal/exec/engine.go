@@ -175,6 +175,9 @@ func (e *Engine) attempt(ctx context.Context, req Request, onChunk func(Chunk) e
 	start := time.Now()
 	rep, runErr := sess.Run(runCtx, &wc, req.stdin(), col.stdout(), col.stderr())
 	release(runErr != nil && !sess.usable())
+	if errors.Is(runErr, runwrap.ErrNoReply) && ctx.Err() == nil {
+		rep, runErr = e.reattach(runCtx, &req, id, col, runErr)
+	}
 	elapsed := time.Since(start)
 	emitErr := col.finish()
 	log := e.opts.Logger.WithValues("namespace", req.Namespace, "pod", req.Pod, "protocol", sess.proto)
@@ -270,6 +273,33 @@ func TrailerOutcome(tr *runwrap.Trailer) (Outcome, string) {
 		return OutcomeSignal, ""
 	}
 	return OutcomeExited, tr.StartError
+}
+
+// reattachTries bounds how often a run whose session broke is followed again on a new one.
+const reattachTries = 3
+
+// reattach follows run id again after its call's session broke (an API-server or kubelet restart, a network
+// blip): on a fresh session, from the output the collector already has. PID 1 keeps the run going meanwhile
+// (runwrap.ReattachGrace), so the caller gets its real outcome and all of its output.
+func (e *Engine) reattach(ctx context.Context, req *Request, id string, col *collector, runErr error) (*runwrap.Reply, error) {
+	for try := 0; try < reattachTries && errors.Is(runErr, runwrap.ErrNoReply) && ctx.Err() == nil; try++ {
+		e.opts.Logger.Info("the session broke during a run; following it again", "namespace", req.Namespace, "pod", req.Pod,
+			"try", try+1, "error", runErr.Error())
+		sess, release, err := e.sessions.acquire(ctx, req)
+		if err != nil {
+			return nil, fmt.Errorf("%w: reopening the session: %w", runErr, err)
+		}
+		var rep *runwrap.Reply
+		rep, runErr = sess.Attach(ctx, id, col.received(), col.stdout(), col.stderr())
+		release(runErr != nil && !sess.usable())
+		if runErr == nil {
+			if rep.Error != "" {
+				return nil, fmt.Errorf("%w: %s", runwrap.ErrNoReply, rep.Error)
+			}
+			return rep, nil
+		}
+	}
+	return nil, runErr
 }
 
 // recoverOutcome asks the sandbox's supervisor (PID 1), on a new session,

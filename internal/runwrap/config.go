@@ -34,6 +34,10 @@ type Config struct {
 	Keep          int           `json:"keep"`
 	MaxOutput     int64         `json:"max_output,omitempty"`
 	KeepLeftovers bool          `json:"keep_leftovers,omitempty"`
+	// ReattachGrace is how long a foreground run outlives its call's broken
+	// stream for the caller to attach again (0: DefaultReattachGrace; at
+	// most MaxReattachGrace); its own deadline still holds.
+	ReattachGrace time.Duration `json:"reattach_grace,omitempty"`
 	// Background: PID 1 answers as soon as the command started; its output
 	// goes to files only, its stdin is a pipe OpStdin writes to, and the
 	// outcome is read back with OpStatus. Timeout 0 means none (the
@@ -51,7 +55,7 @@ func (c *Config) validate() error {
 	switch {
 	case !ValidID(c.ID):
 		return errors.New("id: want 16-128 characters of [A-Za-z0-9_-]")
-	case c.Timeout < 0, c.Grace < 0, c.StallTimeout < 0:
+	case c.Timeout < 0, c.Grace < 0, c.StallTimeout < 0, c.ReattachGrace < 0, c.ReattachGrace > MaxReattachGrace:
 		return errors.New("durations must not be negative")
 	case c.Keep < 1 || c.Keep > 10000:
 		return errors.New("--keep: want 1..10000")

@@ -2,7 +2,10 @@ package runwrap
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,14 +62,16 @@ func TestKeepLeftovers(t *testing.T) {
 	}
 }
 
-// A reader that goes away must end the command: the call is cancelled (its
-// HTTP/2 stream reset) or the whole session breaks.
+// A reader that goes away and does not come back within the run's reattach
+// grace ends the command: the call is cancelled (its HTTP/2 stream reset) or
+// the whole session breaks.
 func TestLostReaderKillsTree(t *testing.T) {
 	for _, how := range []string{"call cancelled", "session broken"} {
 		t.Run(how, func(t *testing.T) {
 			s := sleepers.Unique(t)
 			sess := openSession(t, supervisorKey)
 			cfg := parseRun(t, "--shell", "sleep "+s+" & yes")
+			cfg.ReattachGrace = 300 * time.Millisecond
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			firstLine := make(chan struct{})
@@ -120,3 +125,84 @@ func TestStalledReaderKillsTree(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A session that breaks mid-run loses nothing: the run goes on, and a call on a new session attaches to it by
+// id from the bytes it has, and gets the rest of its output exactly and its real outcome. Fails with the run
+// killed when its call ends (checked once: the attach found it killed, stream_lost).
+func TestReattachAfterTheSessionBreaks(t *testing.T) {
+	sess := openSession(t, supervisorKey)
+	cfg := parseRun(t, "--shell", `for i in $(seq 1 30); do echo "line $i"; echo "err $i" >&2; sleep 0.05; done; exit 3`)
+	var got lockedBuffer
+	firstLines := make(chan struct{})
+	var once sync.Once
+	out := writerFunc(func(p []byte) (int, error) {
+		n, _ := got.Write(p)
+		if strings.Contains(got.String(), "line 5\n") {
+			once.Do(func() { close(firstLines) })
+		}
+		return n, nil
+	})
+	var errb lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := sess.Run(context.Background(), &cfg, nil, out, &errb)
+		done <- err
+	}()
+	select {
+	case <-firstLines:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no output")
+	}
+	_ = sess.conn.Close() // the exec stream breaks
+	if err := <-done; !errors.Is(err, ErrNoReply) {
+		t.Fatalf("the broken call: %v", err)
+	}
+	have := [2]int64{int64(len(got.String())), int64(len(errb.String()))}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var rest, restErr lockedBuffer
+	rep, err := openSession(t, supervisorKey).Attach(ctx, cfg.ID, have, &rest, &restErr)
+	if err != nil || rep.Error != "" || rep.Trailer == nil || rep.Trailer.ExitCode != 3 || rep.Trailer.StreamLost {
+		t.Fatalf("attach: %+v, %v", rep, err)
+	}
+	var want, wantErr strings.Builder
+	for i := 1; i <= 30; i++ {
+		fmt.Fprintf(&want, "line %d\n", i)
+		fmt.Fprintf(&wantErr, "err %d\n", i)
+	}
+	if got.String()+rest.String() != want.String() || errb.String()+restErr.String() != wantErr.String() {
+		t.Fatalf("output across the break: %q + %q, %q + %q", got.String(), rest.String(), errb.String(), restErr.String())
+	}
+	if int64(len(want.String())) != rep.Trailer.StdoutBytes {
+		t.Fatalf("the outcome counts %d bytes", rep.Trailer.StdoutBytes)
+	}
+}
+
+// A run whose stdin was still coming when its call broke cannot be made whole by a later call: it ends at once,
+// as lost, instead of waiting out the grace.
+func TestStdinCutOffEndsTheRun(t *testing.T) {
+	s := sleepers.Unique(t)
+	sess := openSession(t, supervisorKey)
+	cfg := parseRun(t, "--shell", "sleep "+s+" & cat")
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := sess.Run(context.Background(), &cfg, pr, io.Discard, io.Discard)
+		done <- err
+	}()
+	if _, err := pw.Write([]byte("some input\n")); err != nil {
+		t.Fatal(err)
+	}
+	sleepers.WaitCount(t, s, 1)
+	_ = sess.conn.Close()
+	<-done
+	start := time.Now()
+	sleepers.WaitNone(t, s, 5*time.Second)
+	if took := time.Since(start); took > 4*time.Second {
+		t.Fatalf("the run took %v to end after its stdin was cut off", took)
+	}
+	if st := statusOf(t, Request{Config: Config{ID: cfg.ID}, Wait: 5 * time.Second}); !st.Done || st.Trailer == nil || !st.Trailer.StreamLost {
+		t.Fatalf("outcome: %+v", st.Trailer)
+	}
+}

@@ -26,7 +26,10 @@ const (
 	// on the two descriptors passed with it (the exec's stdin and stdout).
 	OpSession = "session"
 	OpRun     = "run"
-	OpStatus  = "status"
+	// OpAttach: follow a foreground run already going (its call ended) from
+	// StdoutOffset and StderrOffset: the rest of its output, then its reply.
+	OpAttach = "attach"
+	OpStatus = "status"
 	// Background processes (Config.Background): list runs, read a run's
 	// output from byte offsets, write to its stdin, signal or kill its tree.
 	OpList   = "list"
@@ -57,7 +60,8 @@ type Request struct {
 	// Reason, for opMemoryKill, goes into Trailer.OOMGuard.
 	Reason string `json:"reason,omitempty"`
 	// StdoutOffset, StderrOffset and Limit, for OpOutput: where to start
-	// reading each stream's file and how many bytes of each to return.
+	// reading each stream's file and how many bytes of each to return; for
+	// OpAttach, how much of each stream the caller already has.
 	StdoutOffset int64 `json:"stdout_offset,omitempty"`
 	StderrOffset int64 `json:"stderr_offset,omitempty"`
 	Limit        int   `json:"limit,omitempty"`

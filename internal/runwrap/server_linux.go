@@ -93,7 +93,12 @@ type run struct {
 	// kill is closed by OpKill.
 	kill  chan struct{}
 	killO sync.Once
+	// stream carries a foreground run's output to the call following it (under Supervisor.mu).
+	stream *runStream
 }
+
+// lose ends the run as lost: nobody follows it any more.
+func (r *run) lose() { r.cancelO.Do(func() { close(r.cancel) }) }
 
 // NewSupervisor returns a supervisor speaking for id; log receives its own
 // diagnostics and, relayed, its keepers'.
@@ -683,7 +688,7 @@ func (s *Supervisor) status(ctx context.Context, req *Request) *Reply {
 		return &Reply{Known: false}
 	}
 	if req.Cancel {
-		r.cancelO.Do(func() { close(r.cancel) })
+		r.lose()
 	}
 	var rep Reply
 	select {

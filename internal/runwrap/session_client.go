@@ -49,6 +49,28 @@ func (c *SessionClient) Run(ctx context.Context, cfg *Config, stdin io.Reader, s
 	if err != nil {
 		return nil, err
 	}
+	return readAnswer(resp, stdout, stderr)
+}
+
+// Attach follows the foreground run id, whose call ended before its reply (ErrNoReply), from offsets (how much
+// of stdout and stderr the caller has): the rest of its output is written to stdout and stderr, and its reply
+// returned. PID 1 keeps an unfollowed run for its Config's ReattachGrace.
+func (c *SessionClient) Attach(ctx context.Context, id string, offsets [2]int64, stdout, stderr io.Writer) (*Reply, error) {
+	var body bytes.Buffer
+	if err := WriteFrame(&body, &Request{Op: OpAttach, Config: Config{ID: id}, StdoutOffset: offsets[0], StderrOffset: offsets[1]}); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := c.call(ctx, PathAttach, &body)
+	if err != nil {
+		return nil, err
+	}
+	return readAnswer(resp, stdout, stderr)
+}
+
+// readAnswer reads a run's answer: output frames, then the reply.
+func readAnswer(resp *http.Response, stdout, stderr io.Writer) (*Reply, error) {
 	defer resp.Body.Close()
 	buf := make([]byte, 0, 64<<10)
 	for {

@@ -15,9 +15,11 @@ import (
 )
 
 // Session calls, as the gateway makes them on a session (pid1link): a run streams its output back as frames
-// and ends with its reply; a control call is one request and one reply.
+// and ends with its reply; an attach does the same for a run already going (after its call's stream broke);
+// a control call is one request and one reply.
 const (
 	PathRun     = "/run"
+	PathAttach  = "/attach"
 	PathControl = "/control"
 )
 
@@ -28,15 +30,16 @@ func (s *Supervisor) serveSession(in, out *os.File) error {
 	closeAll([]*os.File{in, out}) // pollable made duplicates
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+PathRun, s.handleRun)
+	mux.HandleFunc("POST "+PathAttach, s.handleAttach)
 	mux.HandleFunc("POST "+PathControl, s.handleControl)
 	return pid1link.Serve(context.Background(), conn, s.id, mux)
 }
 
 // handleRun runs one foreground command: the body is its Config (a frame) and then its stdin; the answer is its
-// output as frames, then its reply. A caller that goes away (the stream is reset, the session breaks) is a
-// lost stream: the keeper kills the command, as it does when nobody reads its output.
+// output as frames, then its reply. A call that goes away (its stream reset, the session broken) leaves the
+// run going for its reattach grace, for an attach to pick up; the keeper kills it as lost after that.
 func (s *Supervisor) handleRun(w http.ResponseWriter, hr *http.Request) {
-	out := &frameWriter{w: w, rc: http.NewResponseController(w)}
+	out := newFrameWriter(w)
 	var req Request
 	if err := ReadFrame(hr.Body, &req.Config); err != nil {
 		out.reply(&Reply{Error: fmt.Sprintf("read run request: %v", err)})
@@ -71,31 +74,70 @@ func (s *Supervisor) handleRun(w http.ResponseWriter, hr *http.Request) {
 		out.reply(&Reply{Error: err.Error()})
 		return
 	}
+	st := newRunStream(s, r, outR, errR, inW != nil)
+	s.mu.Lock()
+	r.stream = st
+	s.mu.Unlock()
 	if inW != nil {
-		go copyStdin(inW, hr.Body)
+		go func() {
+			if copyStdin(inW, hr.Body) == nil {
+				st.stdinEOF.Store(true)
+			}
+		}()
 	}
-	var pumps sync.WaitGroup
-	pumps.Add(2)
-	go out.pump(&pumps, outR, pid1link.FrameStdout)
-	go out.pump(&pumps, errR, pid1link.FrameStderr)
-	select {
-	case <-r.replied:
-	case <-hr.Context().Done():
-		// The gateway is gone: let the keeper see it (its writes fail) and end the run as lost.
-		closeAll([]*os.File{outR, errR})
-		r.cancelO.Do(func() { close(r.cancel) })
-		<-r.replied
-	}
-	// The keeper and PID 1 closed the stream's write ends before the reply: the pumps reach EOF.
-	pumps.Wait()
-	closeAll([]*os.File{outR, errR})
-	out.reply(&r.reply)
+	_ = st.attach(out, [2]int64{}) // nothing sent yet: nothing to resend
+	follow(hr, st, out)
 }
 
-// copyStdin feeds the command's stdin from the call's body until it ends (EOF closes the command's stdin).
-func copyStdin(w *os.File, body io.Reader) {
-	_, _ = io.Copy(w, body)
+// handleAttach follows a run already going, whose call ended: the body is a Request (OpAttach) with its id and
+// how much of each stream the caller has; the answer is the rest of its output, then its reply.
+func (s *Supervisor) handleAttach(w http.ResponseWriter, hr *http.Request) {
+	out := newFrameWriter(w)
+	var req Request
+	if err := ReadFrame(hr.Body, &req); err != nil {
+		out.reply(&Reply{Error: fmt.Sprintf("read attach request: %v", err)})
+		return
+	}
+	s.mu.Lock()
+	r := s.runs[req.ID]
+	var st *runStream
+	if r != nil {
+		st = r.stream
+	}
+	s.mu.Unlock()
+	if st == nil {
+		out.reply(&Reply{Known: r != nil, Error: "no foreground run with this id to attach to"})
+		return
+	}
+	if err := st.attach(out, [2]int64{req.StdoutOffset, req.StderrOffset}); err != nil {
+		out.reply(&Reply{Known: true, Error: "attach: " + err.Error()})
+		return
+	}
+	follow(hr, st, out)
+}
+
+// follow sends the run's reply once its output is complete, if fw is still the run's sink; a call that ends
+// first lets the run go (runStream.detach).
+func follow(hr *http.Request, st *runStream, fw *frameWriter) {
+	select {
+	case <-st.done():
+		st.mu.Lock()
+		attached := st.sink == fw
+		st.mu.Unlock()
+		if attached {
+			fw.reply(&st.r.reply)
+		}
+	case <-hr.Context().Done():
+		st.detach(fw)
+	}
+}
+
+// copyStdin feeds the command's stdin from the call's body until it ends (EOF closes the command's stdin); nil
+// when all of it arrived.
+func copyStdin(w *os.File, body io.Reader) error {
+	_, err := io.Copy(w, body)
 	_ = w.Close()
+	return err
 }
 
 // handleControl answers one control request: start a background run, a run's status, list, output, stdin,
@@ -128,6 +170,10 @@ func (s *Supervisor) controlRequest(ctx context.Context, req *Request) *Reply {
 }
 
 // frameWriter writes a run's answer: output frames from two pumps, then the reply.
+func newFrameWriter(w http.ResponseWriter) *frameWriter {
+	return &frameWriter{w: w, rc: http.NewResponseController(w)}
+}
+
 type frameWriter struct {
 	w      http.ResponseWriter
 	rc     *http.ResponseController
@@ -137,23 +183,6 @@ type frameWriter struct {
 
 // pumpChunk is how much output one frame carries at most.
 const pumpChunk = 64 << 10
-
-// pump frames what src delivers until EOF. Once the answer cannot be written, it closes src: the keeper's next
-// write then fails, which it treats as a lost stream.
-func (f *frameWriter) pump(wg *sync.WaitGroup, src *os.File, kind byte) {
-	defer wg.Done()
-	buf := make([]byte, pumpChunk)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !f.write(kind, buf[:n]) {
-			_ = src.Close()
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 // write sends one frame and flushes it; false once the answer is broken.
 func (f *frameWriter) write(kind byte, payload []byte) bool {
