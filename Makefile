@@ -175,7 +175,7 @@ image-gateway:
 	$(call airlock_image,gateway,gateway,gateway)
 
 .PHONY: chart-sync
-chart-sync: ## Copy the generated CRDs and manager RBAC rules from config/ into the Helm chart.
+chart-sync: ## Copy the generated CRDs and the manager's two ClusterRoles from config/ into the Helm chart.
 	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
 	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
 
@@ -189,13 +189,15 @@ test-chart: $(HELM) envtest-assets ## Helm lint, render the chart with the main 
 	AIRLOCK_HELM=$(HELM) go test $(GO_TEST_FLAGS) ./test/chart/... -count=1
 
 .PHONY: deploy
-deploy: ## Install CRDs, RBAC, manager and gateway with kustomize (kubectl apply -k config/default).
+deploy: ## Install CRDs, RBAC, manager and gateway with kustomize (kubectl apply -k config/default, then config/keys).
 	$(KUBECTL) apply --server-side -k config/default
+	$(KUBECTL) apply --server-side -k config/keys
 
 .PHONY: undeploy
 undeploy: ## Remove what `make deploy` installed (CRDs too: every Sandbox is deleted first).
 	@# Sandboxes carry the manager's finalizer: delete them while the manager still runs, or the CRD hangs.
 	$(KUBECTL) delete sandboxes.sandbox.airlock.dev --all --all-namespaces --ignore-not-found --timeout=2m || true
+	$(KUBECTL) delete --ignore-not-found -k config/keys
 	$(KUBECTL) delete --ignore-not-found -k config/default
 
 $(HELM):

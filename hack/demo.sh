@@ -9,6 +9,7 @@ cd "${ROOT_DIR}"
 VERSION="${VERSION:-$(sed -n 's/^VERSION ?= //p' Makefile)}"
 HELM="${AIRLOCK_CACHE}/tools/helm-${HELM_VERSION}"
 NS=airlock-system
+KEY_NS=airlock-keys # the chart's gateway.keyNamespace
 TENANT=team-a
 local_cluster=0
 
@@ -41,8 +42,8 @@ fi
 "${KUBECTL}" -n "${NS}" get deploy
 
 step "Creating an API key for tenant ${TENANT}"
-KEY="$(go run ./cmd/airlock keys create --tenant "${TENANT}" --key-namespace "${NS}" --name demo)"
-log "key: ${KEY:0:12}... (shown once; stored hashed in a Secret in ${NS})"
+KEY="$(go run ./cmd/airlock keys create --tenant "${TENANT}" --key-namespace "${KEY_NS}" --name demo)"
+log "key: ${KEY:0:12}... (shown once; stored hashed in a Secret in ${KEY_NS})"
 
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 svc="$("${KUBECTL}" -n "${NS}" get svc -l app.kubernetes.io/component=gateway -o jsonpath='{.items[0].metadata.name}')"

@@ -28,7 +28,7 @@ type kubeFlags struct {
 
 func (k *kubeFlags) register(c *cobra.Command) {
 	c.PersistentFlags().StringVar(&k.kubeconfig, "kubeconfig", "", "path to a kubeconfig (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
-	c.PersistentFlags().StringVar(&k.keyNamespace, "key-namespace", "airlock-system", "namespace of the API key Secrets (the gateway's)")
+	c.PersistentFlags().StringVar(&k.keyNamespace, "key-namespace", admin.DefaultKeyNamespace, "namespace of the API key Secrets (the gateway's --key-namespace)")
 }
 
 // client returns a Kubernetes client with airlock's API, for the current kubeconfig or --kubeconfig.
@@ -66,11 +66,12 @@ func newTenantCmd(s streams) *cobra.Command {
 	var opts admin.TenantOptions
 	create := &cobra.Command{
 		Use:   "create NAME",
-		Short: "Create a tenant namespace and let the gateway exec there",
+		Short: "Create a tenant namespace and let the gateway exec and the manager create sandboxes there",
 		Long: `Create a tenant namespace (label sandbox.airlock.dev/tenant=true, Pod Security "restricted", a quota of
---max-sandboxes sandboxes) and the RoleBinding that lets the gateway exec there, and only there. An existing
-namespace that is not a tenant needs --adopt. The gateway's names default to those of config/default and of a
-Helm release named airlock (its NOTES print the command for other names).`,
+--max-sandboxes sandboxes) and the RoleBindings that let the gateway exec there and the manager create sandbox
+pods and their NetworkPolicies there, and only there. An existing namespace that is not a tenant needs --adopt.
+default, kube-* and Airlock's own namespaces (gateway, manager, API keys) are refused. The names default to
+those of config/default and of a Helm release named airlock (its NOTES print the command for other names).`,
 		Example: `  airlock tenant create team-a
   airlock tenant create team-b --max-sandboxes 5 --templates-from airlock-system
   airlock tenant create legacy-ns --adopt`,
@@ -80,15 +81,17 @@ Helm release named airlock (its NOTES print the command for other names).`,
 			if err != nil {
 				return err
 			}
-			if opts.GatewayNamespace == "" {
-				opts.GatewayNamespace = k.keyNamespace // keys live in the gateway's own namespace
+			if opts.ManagerNamespace == "" {
+				opts.ManagerNamespace = opts.GatewayNamespace // one install namespace, unless told otherwise
 			}
+			opts.KeyNamespace = k.keyNamespace
 			ctx, cancel := context.WithTimeout(cmd.Context(), adminTimeout)
 			defer cancel()
 			if err := admin.CreateTenant(ctx, c, args[0], opts); err != nil {
 				return err
 			}
-			fmt.Fprintf(s.out, "tenant %s ready: at most %d sandboxes; gateway %s/%s may exec there\n", args[0], opts.MaxSandboxes, opts.GatewayNamespace, opts.GatewayServiceAccount)
+			fmt.Fprintf(s.out, "tenant %s ready: at most %d sandboxes; gateway %s/%s may exec there, manager %s/%s may create sandboxes there\n",
+				args[0], opts.MaxSandboxes, opts.GatewayNamespace, opts.GatewayServiceAccount, opts.ManagerNamespace, opts.ManagerServiceAccount)
 			return nil
 		},
 	}
@@ -97,8 +100,11 @@ Helm release named airlock (its NOTES print the command for other names).`,
 	f.StringVar(&opts.TemplatesFrom, "templates-from", "", "copy the SandboxTemplates of this namespace into the tenant")
 	f.BoolVar(&opts.Adopt, "adopt", false, "make an existing namespace a tenant (the gateway may then exec into every pod in it)")
 	f.StringVar(&opts.GatewayServiceAccount, "gateway-service-account", admin.DefaultGatewayServiceAccount, "the gateway's ServiceAccount, given pods/exec in the tenant")
-	f.StringVar(&opts.GatewayNamespace, "gateway-namespace", "", "namespace of the gateway's ServiceAccount (default: --key-namespace)")
+	f.StringVar(&opts.GatewayNamespace, "gateway-namespace", admin.DefaultGatewayNamespace, "namespace of the gateway's ServiceAccount")
 	f.StringVar(&opts.ExecClusterRole, "exec-cluster-role", admin.DefaultExecClusterRole, "ClusterRole with the gateway's exec permission, bound in the tenant")
+	f.StringVar(&opts.ManagerServiceAccount, "manager-service-account", admin.DefaultManagerServiceAccount, "the manager's ServiceAccount, given pod and NetworkPolicy writes in the tenant")
+	f.StringVar(&opts.ManagerNamespace, "manager-namespace", "", "namespace of the manager's ServiceAccount (default: --gateway-namespace)")
+	f.StringVar(&opts.ManagerClusterRole, "manager-cluster-role", admin.DefaultManagerClusterRole, "ClusterRole with the manager's per-tenant permission, bound in the tenant")
 	tenant.AddCommand(create)
 	return tenant
 }
@@ -140,7 +146,7 @@ func newKeysCmd(s streams) *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List API keys (never the keys themselves)",
-		Example: "  airlock keys list --key-namespace airlock-system",
+		Example: "  airlock keys list --key-namespace airlock-keys",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := k.client()

@@ -72,7 +72,11 @@ type PoolReconciler struct {
 
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxpools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxpools/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch
+// Writes to member pods and policies only in tenants (rbac.go):
+// +kubebuilder:rbac:groups="",resources=pods,verbs=create;patch;delete,roleName=airlock-manager-tenant
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=create;patch;delete,roleName=airlock-manager-tenant
 
 // Reconcile runs the pool's steps: resolve the template, classify the members, replace the unusable ones,
 // start what is missing, retire the stale ones, then write status once.
@@ -121,6 +125,11 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return poolRequeue(obs), nil
 }
 
+// retriedBlocker tells whether a pool blocked for reason waits on something no watch reports.
+func retriedBlocker(reason string) bool {
+	return reason == ReasonPodRejected || reason == ReasonEgressProxyUnavailable || reason == ReasonNamespaceNotTenant
+}
+
 // poolRequeue wakes the pool when its oldest recent claim leaves the demand window, or soon when it is blocked
 // on something without a watch.
 func poolRequeue(obs poolObservation) ctrl.Result {
@@ -133,8 +142,8 @@ func poolRequeue(obs poolObservation) ctrl.Result {
 			after = wait
 		}
 	}
-	if obs.blocked != nil && (obs.blocked.reason == ReasonPodRejected || obs.blocked.reason == ReasonEgressProxyUnavailable) && (after <= 0 || retryBlocked < after) {
-		after = retryBlocked // quotas and the proxy's Service are not watched
+	if obs.blocked != nil && retriedBlocker(obs.blocked.reason) && (after <= 0 || retryBlocked < after) {
+		after = retryBlocked // quotas, RoleBindings and the proxy's Service are not watched
 	}
 	if after <= 0 {
 		return ctrl.Result{}

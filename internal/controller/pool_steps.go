@@ -332,7 +332,12 @@ func (r *PoolReconciler) createMembers(ctx context.Context, pool *airlockv1.Sand
 			if apierrors.IsAlreadyExists(err) {
 				continue // a name taken by chance; the next pass tries another
 			}
-			return fmt.Errorf("creating member policy: %w", err)
+			b, nerr := notTenant(ctx, r.Client, err, pool.Namespace, policyWrite)
+			if b == nil && nerr == nil {
+				return fmt.Errorf("creating member policy: %w", err)
+			}
+			obs.blocked = b
+			return nerr
 		}
 		pod := sandbox.BuildMember(pool, name, *obs.resolved, obs.opts, obs.want.generation)
 		if err := controllerutil.SetControllerReference(pool, pod, r.Scheme); err != nil {
@@ -341,8 +346,12 @@ func (r *PoolReconciler) createMembers(ctx context.Context, pool *airlockv1.Sand
 		if err := r.Create(ctx, pod); err != nil {
 			// The policy stays: removeOrphanPolicies deletes it once it is old enough.
 			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-				obs.blocked = &blocker{reason: ReasonPodRejected, message: "the API server refused a member pod (a pods quota?): " + err.Error()}
-				return nil
+				b, nerr := notTenant(ctx, r.Client, err, pool.Namespace, podWrite)
+				if b == nil {
+					b = &blocker{reason: ReasonPodRejected, message: "the API server refused a member pod (a pods quota?): " + err.Error()}
+				}
+				obs.blocked = b
+				return nerr
 			}
 			return fmt.Errorf("creating member pod: %w", err)
 		}

@@ -80,8 +80,11 @@ type SandboxReconciler struct {
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxes/finalizers,verbs=update
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxtemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=sandbox.airlock.dev,resources=sandboxpools,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch
+// Writes to sandbox pods and policies only in tenants (rbac.go):
+// +kubebuilder:rbac:groups="",resources=pods,verbs=create;patch;delete,roleName=airlock-manager-tenant
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=create;update;patch;delete,roleName=airlock-manager-tenant
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get
@@ -155,8 +158,8 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 func (r *SandboxReconciler) requeue(obs observation) ctrl.Result {
 	at, _ := firstExpiry(obs.expiresAt, obs.idleExpiresAt)
 	after := at.Sub(obs.now)
-	if (obs.blocked != nil && obs.blocked.reason == ReasonPodRejected) || obs.evidenceErr != nil {
-		after = min(after, retryBlocked) // nodes are not watched
+	if (obs.blocked != nil && (obs.blocked.reason == ReasonPodRejected || obs.blocked.reason == ReasonNamespaceNotTenant)) || obs.evidenceErr != nil {
+		after = min(after, retryBlocked) // nodes, quotas and RoleBindings are not watched
 	}
 	if obs.blocked != nil && obs.blocked.reason == ReasonEgressProxyUnavailable {
 		after = min(after, retryProxy) // the proxy's Service is not watched; it usually comes up with the install

@@ -214,7 +214,12 @@ func (r *SandboxReconciler) ensurePolicy(ctx context.Context, sbx *airlockv1.San
 	}
 	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
 	if err := r.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying network policy: %w", err)
+		b, nerr := notTenant(ctx, r.Client, err, sbx.Namespace, policyWrite)
+		if b == nil && nerr == nil {
+			return fmt.Errorf("applying network policy: %w", err)
+		}
+		obs.blocked, obs.policy = b, policyMissing
+		return nerr
 	}
 	return nil
 }
@@ -288,8 +293,12 @@ func (r *SandboxReconciler) ensurePod(ctx context.Context, sbx *airlockv1.Sandbo
 			obs.blocked = &blocker{reason: ReasonPodRejected, permanent: true, message: "the API server rejected the pod: " + err.Error()}
 			return nil
 		case apierrors.IsForbidden(err):
-			obs.blocked = &blocker{reason: ReasonPodRejected, message: "the API server refused the pod (retrying): " + err.Error()}
-			return nil
+			b, nerr := notTenant(ctx, r.Client, err, sbx.Namespace, podWrite)
+			if b == nil {
+				b = &blocker{reason: ReasonPodRejected, message: "the API server refused the pod (retrying): " + err.Error()}
+			}
+			obs.blocked = b
+			return nerr
 		}
 		return fmt.Errorf("creating pod: %w", err)
 	}

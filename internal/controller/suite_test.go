@@ -29,8 +29,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/metrics"
 	"airlock.dev/airlock/internal/attestation"
+	"airlock.dev/airlock/internal/metrics"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -145,6 +145,10 @@ type managerOptions struct {
 func startManager(tb testing.TB, o managerOptions) (stop func()) {
 	tb.Helper()
 	cfg, _ := startEnv(tb)
+	if o.as != "" {
+		cfg = rest.CopyConfig(cfg)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: o.as}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},

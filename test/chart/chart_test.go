@@ -22,6 +22,7 @@ import (
 	psapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 
+	"airlock.dev/airlock/internal/gateway/admin"
 	"airlock.dev/airlock/internal/gateway/auth"
 	"airlock.dev/airlock/internal/version"
 )
@@ -50,12 +51,19 @@ func TestChartCopiesOfGeneratedFilesAreCurrent(t *testing.T) {
 	}
 }
 
-// The manager's ClusterRole is exactly what controller-gen generated from the +kubebuilder:rbac markers.
+// The manager's ClusterRoles are exactly what controller-gen generated from the +kubebuilder:rbac markers:
+// airlock-manager (bound cluster-wide) and airlock-manager-tenant (bound in tenants).
 func TestManagerRulesEqualGeneratedRole(t *testing.T) {
-	want := into[rbacv1.ClusterRole](t, readYAML(t, "config/rbac/role.yaml").kind("ClusterRole")[0]).Rules
-	got := into[rbacv1.ClusterRole](t, render(t).must(t, "ClusterRole", "", "airlock-manager")).Rules
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("chart manager rules differ from config/rbac/role.yaml:\n got %v\nwant %v", got, want)
+	generated := readYAML(t, "config/rbac/role.yaml")
+	if n := len(generated.kind("ClusterRole")); n != 2 {
+		t.Fatalf("config/rbac/role.yaml has %d ClusterRoles, want airlock-manager and airlock-manager-tenant", n)
+	}
+	for _, name := range []string{"airlock-manager", "airlock-manager-tenant"} {
+		want := into[rbacv1.ClusterRole](t, generated.must(t, "ClusterRole", "", name)).Rules
+		got := into[rbacv1.ClusterRole](t, render(t).must(t, "ClusterRole", "", name)).Rules
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("chart %s rules differ from config/rbac/role.yaml:\n got %v\nwant %v", name, got, want)
+		}
 	}
 	wantLE := into[rbacv1.Role](t, readYAML(t, "config/rbac/leader_election_role.yaml")[0]).Rules
 	gotLE := into[rbacv1.Role](t, render(t).must(t, "Role", releaseNamespace, "airlock-leader-election")).Rules
@@ -262,7 +270,7 @@ func TestGatewayReplicasAndDisruptionBudget(t *testing.T) {
 			t.Errorf("replicas=%s: PodDisruptionBudget rendered=%v, want %v", c.replicas, got, c.pdb)
 		}
 		a := d.Spec.Template.Spec.Containers[0].Args
-		if !slices.Contains(a, "--key-namespace="+releaseNamespace) || !slices.Contains(a, "--listen=:8080") {
+		if !slices.Contains(a, "--key-namespace="+keyNamespace) || !slices.Contains(a, "--listen=:8080") {
 			t.Errorf("gateway args %v", a)
 		}
 	}
@@ -308,7 +316,14 @@ func TestGatewayRBACIsLeastPrivilege(t *testing.T) {
 			t.Errorf("exec binding in %s: %+v", ns, rb)
 		}
 	}
-	keys := into[rbacv1.Role](t, objs.must(t, "Role", releaseNamespace, "airlock-gateway-keys"))
+	// The gateway reads no Secret of the release namespace: the exec guard's CA and serving key, the metrics
+	// scraper's token live there. Putting the key Role back there fails this (checked).
+	for p := range grants(t, objs, "airlock-gateway") {
+		if strings.HasPrefix(p, releaseNamespace+"|") && strings.Contains(p, "|secrets|") {
+			t.Errorf("the gateway may %s: Secrets of the release namespace", p)
+		}
+	}
+	keys := into[rbacv1.Role](t, objs.must(t, "Role", keyNamespace, "airlock-gateway-keys"))
 	if len(keys.Rules) != 1 || !reflect.DeepEqual(keys.Rules[0].Resources, []string{"secrets"}) || slices.Contains(keys.Rules[0].Verbs, "create") {
 		t.Errorf("key Role rules %v", keys.Rules)
 	}
@@ -349,6 +364,45 @@ func TestTenants(t *testing.T) {
 	}
 	if _, stderr, err := helmTemplate(t, chartDir(t), "airlock", "--set", "tenants[0].name=a,tenants[1].name=a"); err == nil || !strings.Contains(stderr, "a is listed twice") {
 		t.Errorf("duplicate tenant should fail; stderr %s", stderr)
+	}
+	// Each tenant lets the manager write sandbox pods and policies there, by the RoleBinding the CLI makes.
+	for _, ns := range []string{"team-a", "team-b", "frozen"} {
+		rb := into[rbacv1.RoleBinding](t, objs.must(t, "RoleBinding", ns, admin.ManagerBindingName))
+		want := rbacv1.Subject{Kind: "ServiceAccount", Name: admin.DefaultManagerServiceAccount, Namespace: releaseNamespace}
+		if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != admin.DefaultManagerClusterRole || len(rb.Subjects) != 1 || rb.Subjects[0] != want {
+			t.Errorf("manager binding in %s: %+v %+v", ns, rb.RoleRef, rb.Subjects)
+		}
+	}
+}
+
+// Kubernetes' and Airlock's own namespaces can never be tenants: the schema refuses default and kube-* by the
+// field's path, and the template refuses them too (with the schema skipped) and the release's and the keys'
+// namespaces, with a message saying why. Without airlock.checkTenantName the template renders them: checked.
+func TestSystemNamespacesAreNeverTenants(t *testing.T) {
+	for _, name := range []string{"kube-system", "kube-public", "kube-node-lease", "default", releaseNamespace, keyNamespace} {
+		for _, skipSchema := range []bool{false, true} {
+			args := []string{"--set", "tenants[0].name=team-a,tenants[1].name=" + name}
+			if skipSchema {
+				args = append(args, "--skip-schema-validation")
+			}
+			_, stderr, err := helmTemplate(t, chartDir(t), "airlock", args...)
+			byTemplate := strings.Contains(stderr, "tenants: "+name+" cannot be a tenant")
+			bySchema := strings.Contains(stderr, "/tenants/1/name")
+			switch {
+			case err == nil:
+				t.Errorf("tenant %s (schema skipped: %v) rendered", name, skipSchema)
+			case skipSchema && !byTemplate, !skipSchema && !byTemplate && !bySchema:
+				t.Errorf("tenant %s (schema skipped: %v): unclear refusal:\n%s", name, skipSchema, stderr)
+			}
+		}
+	}
+	for _, ns := range []string{"default", "kube-system"} {
+		if _, stderr, err := helmTemplate(t, chartDir(t), "airlock", "--set", "gateway.keyNamespace="+ns, "--skip-schema-validation"); err == nil || !strings.Contains(stderr, "gateway.keyNamespace "+ns) {
+			t.Errorf("keyNamespace %s: %v %s", ns, err, stderr)
+		}
+	}
+	if _, stderr, err := helmTemplate(t, chartDir(t), "airlock", "--set", "gateway.keyNamespace="+releaseNamespace); err == nil || !strings.Contains(stderr, "must not be the release namespace") {
+		t.Errorf("keyNamespace = release namespace: %v %s", err, stderr)
 	}
 }
 
@@ -417,6 +471,9 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"runtimeClasses.kata.handler=", "/runtimeClasses/kata/handler"},
 		{"sandboxTemplates.broken.size=small", "/sandboxTemplates/broken"},
 		{"manager.maxTimeout=48h", "at most 24h"},
+		{"tenants[0].name=kube-system", "/tenants/0/name"},
+		{"tenants[0].name=default", "/tenants/0/name"},
+		{"gateway.keyNamespace=kube-system", "/gateway/keyNamespace"},
 	} {
 		_, stderr, err := helmTemplate(t, chartDir(t), "airlock", "--set", c.set)
 		if err == nil {
@@ -499,14 +556,16 @@ func TestNotes(t *testing.T) {
 	}
 	notes, _, _ := unstructuredString(parse(t, out)[0], "data", "notes")
 	for _, want := range []string{
-		"airlock keys create --tenant team-a --key-namespace airlock-system",
+		"airlock keys create --tenant team-a --key-namespace airlock-keys",
+		"kubectl -n airlock-keys create secret generic",
 		"sandbox.airlock.dev/api-key=true sandbox.airlock.dev/tenant=team-a",
 		"port-forward svc/airlock-gateway 8080:80",
 		"http://localhost:8080/v1/sandboxes/$SBX/exec",
 		"http://airlock-gateway.airlock-system.svc:80",
-		// Tenants outside the chart get the same per-tenant exec RoleBinding, named for this release.
-		"airlock tenant create NAME --key-namespace airlock-system --gateway-service-account airlock-gateway",
-		"--exec-cluster-role airlock-gateway-exec",
+		// Tenants outside the chart get the same per-tenant RoleBindings as the chart's, named for this release.
+		"airlock tenant create NAME --gateway-namespace airlock-system --key-namespace airlock-keys",
+		"--gateway-service-account airlock-gateway --exec-cluster-role airlock-gateway-exec",
+		"--manager-service-account airlock-manager --manager-cluster-role airlock-manager-tenant",
 	} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)

@@ -9,39 +9,76 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	psapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 )
 
-// kustomizeDefault renders config/default with the project-built kubectl (skips if it is not built).
-func kustomizeDefault(t *testing.T) objects {
+// k8sBinDir is where hack/build-k8s.sh put kubectl, kube-apiserver and etcd (make envtest-assets).
+func k8sBinDir(t testing.TB) string {
+	t.Helper()
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	home, _ := os.UserHomeDir()
+	cache := os.Getenv("AIRLOCK_CACHE")
+	if cache == "" {
+		cache = filepath.Join(home, ".cache", "airlock")
+	}
+	return filepath.Join(cache, "k8s", readVar(t, filepath.Join(repoRoot(t), "hack", "versions.env"), "K8S_VERSION="))
+}
+
+// kustomizeInstall renders what `make deploy` applies, config/default and config/keys, with the project-built
+// kubectl (fails if it is not built).
+func kustomizeInstall(t testing.TB) objects {
+	t.Helper()
+	return parse(t, kustomize(t, filepath.Join(repoRoot(t), "config", "default"))+"\n---\n"+kustomize(t, filepath.Join(repoRoot(t), "config", "keys")))
+}
+
+// kustomizeInto renders config/default under an overlay that sets `namespace: ns`, as a user installing
+// elsewhere would write it.
+func kustomizeInto(t testing.TB, ns string) (objects, string) {
+	t.Helper()
+	dir := t.TempDir()
+	// kustomize takes only relative paths to a base: link the repository's config/ into the overlay.
+	if err := os.Symlink(filepath.Join(repoRoot(t), "config"), filepath.Join(dir, "config")); err != nil {
+		t.Fatal(err)
+	}
+	k := "namespace: " + ns + "\nresources:\n- config/default\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := kustomize(t, dir)
+	return parse(t, out), out
+}
+
+// kustomize renders the kustomization in dir with the project-built kubectl.
+func kustomize(t testing.TB, dir string) string {
 	t.Helper()
 	kubectl := os.Getenv("AIRLOCK_KUBECTL")
 	if kubectl == "" {
-		home, _ := os.UserHomeDir()
-		cache := os.Getenv("AIRLOCK_CACHE")
-		if cache == "" {
-			cache = filepath.Join(home, ".cache", "airlock")
-		}
-		k8s := readVar(t, filepath.Join(repoRoot(t), "hack", "versions.env"), "K8S_VERSION=")
-		kubectl = filepath.Join(cache, "k8s", k8s, "kubectl")
+		kubectl = filepath.Join(k8sBinDir(t), "kubectl")
 	}
 	if _, err := os.Stat(kubectl); err != nil {
 		t.Fatalf("kubectl not built (%s): run `make envtest-assets` (make test-chart does)", kubectl)
 	}
-	out, err := exec.Command(kubectl, "kustomize", filepath.Join(repoRoot(t), "config", "default")).Output()
+	out, err := exec.Command(kubectl, "kustomize", dir).Output()
 	if err != nil {
-		t.Fatalf("kubectl kustomize config/default: %v", err)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr)
 	}
-	return parse(t, string(out))
+	return string(out)
 }
 
 // `make deploy` (kustomize) and `helm install airlock` with default values install the same objects, with the
 // same RBAC; only Helm's own labels differ.
 func TestKustomizeDeploysWhatTheChartDeploys(t *testing.T) {
-	kz := kustomizeDefault(t)
+	kz := kustomizeInstall(t)
 	out, stderr, err := helmTemplate(t, chartDir(t), "airlock", "--include-crds")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
@@ -100,10 +137,12 @@ func TestKustomizeDeploysWhatTheChartDeploys(t *testing.T) {
 			t.Errorf("%s image: kustomize %s, chart %s", d.Name, kc.Image, hc.Image)
 		}
 		// Every flag kustomize sets, the chart sets to the same value (the chart spells out more defaults).
+		// kustomize writes the namespace as $(POD_NAMESPACE), which the kubelet expands.
 		for _, a := range kc.Args {
 			if !strings.HasPrefix(a, "--") {
 				continue
 			}
+			a = strings.ReplaceAll(a, "$(POD_NAMESPACE)", d.Namespace)
 			name, _, _ := strings.Cut(a, "=")
 			found := false
 			for _, b := range hc.Args {
@@ -118,7 +157,8 @@ func TestKustomizeDeploysWhatTheChartDeploys(t *testing.T) {
 	}
 }
 
-// Objects only the chart renders, and why; anything else missing from config/default fails the test.
+// Objects only the chart renders, and why; anything else missing from config/default and config/keys fails
+// the test.
 var chartOnly = map[string]string{
 	"SandboxTemplate airlock-system/python-node":         "default templates; kustomize users apply config/samples",
 	"NetworkPolicy airlock-system/airlock-gateway":       "chart value networkPolicy.enabled",
@@ -189,7 +229,7 @@ func keys(m map[string]bool) []string {
 // leaves it out on a cluster without MutatingAdmissionPolicy v1 (before Kubernetes 1.36), where the manager
 // adds the finalizer itself.
 func TestFinalizerPolicyMatchesKustomize(t *testing.T) {
-	kz := kustomizeDefault(t)
+	kz := kustomizeInstall(t)
 	chart := render(t)
 	for _, kind := range []string{"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {
 		k, c := kz.get(kind, "", "airlock-sandbox-finalizer"), chart.get(kind, "", "airlock-sandbox-finalizer")
@@ -206,5 +246,44 @@ func TestFinalizerPolicyMatchesKustomize(t *testing.T) {
 	}
 	if strings.Contains(string(out), "kind: MutatingAdmissionPolicy") {
 		t.Error("rendered for a cluster without MutatingAdmissionPolicy v1")
+	}
+}
+
+// config/default rendered into another namespace by an overlay (`namespace: elsewhere`) still guards the
+// gateway: the exec guard is called for the moved gateway's exec and for no other identity, the webhook calls
+// the moved Service, and nothing in the render still names airlock-system (a flag or a subject left behind).
+// With the condition naming airlock-system, as it did, the moved gateway is not guarded: checked.
+func TestKustomizeIntoAnotherNamespaceGuardsTheGateway(t *testing.T) {
+	const ns = "elsewhere"
+	objs, out := kustomizeInto(t, ns)
+	if strings.Contains(out, releaseNamespace) {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, releaseNamespace) {
+				t.Errorf("the render into %s still names %s: %s", ns, releaseNamespace, strings.TrimSpace(l))
+			}
+		}
+	}
+	gw := into[appsv1.Deployment](t, objs.must(t, "Deployment", ns, "airlock-gateway"))
+	gatewayUser := "system:serviceaccount:" + ns + ":" + gw.Spec.Template.Spec.ServiceAccountName
+	for _, kz := range []objects{objs, kustomizeInstall(t)} {
+		vwc := into[admissionregistrationv1.ValidatingWebhookConfiguration](t, kz.must(t, "ValidatingWebhookConfiguration", "", "airlock-exec-guard"))
+		svc := vwc.Webhooks[0].ClientConfig.Service
+		if svc == nil || kz.get("Service", svc.Namespace, svc.Name) == nil {
+			t.Errorf("the exec guard calls Service %+v, which the render does not have", svc)
+		}
+		gwNS := into[appsv1.Deployment](t, kz.kind("Deployment")[0]).Namespace
+		user := "system:serviceaccount:" + gwNS + ":airlock-gateway"
+		if !guardCalledFor(t, vwc, user) {
+			t.Errorf("the exec guard is not called for the gateway %s", user)
+		}
+		for _, other := range []string{"system:serviceaccount:" + gwNS + ":airlock-manager", "system:serviceaccount:" + gwNS + ":airlock-gateway-x",
+			"system:serviceaccount:" + gwNS + ":x-airlock-gateway", "kubernetes-admin", "airlock-gateway"} {
+			if guardCalledFor(t, vwc, other) {
+				t.Errorf("the exec guard is called for %s", other)
+			}
+		}
+	}
+	if !guardCalledFor(t, into[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs.must(t, "ValidatingWebhookConfiguration", "", "airlock-exec-guard")), gatewayUser) {
+		t.Errorf("moved gateway %s unguarded", gatewayUser)
 	}
 }

@@ -3,6 +3,7 @@ package chart
 import (
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -215,5 +216,63 @@ func TestMetricsAreServedApart(t *testing.T) {
 	}
 	if render(t).get("ServiceAccount", releaseNamespace, sa) != nil {
 		t.Errorf("the scraper ServiceAccount %s is rendered without serviceMonitor.enabled", sa)
+	}
+}
+
+// The manager writes pods and NetworkPolicies only in tenants: no cluster-wide grant of any write to them,
+// one RoleBinding per tenant, while it still reads them cluster-wide for its caches. Adding a write verb back to
+// the cluster-wide ClusterRole (a marker without roleName) fails this: checked.
+func TestManagerWritesOnlyInTenants(t *testing.T) {
+	writes := []string{"create", "update", "patch", "delete", "deletecollection", "*"}
+	for name, objs := range map[string]objects{"chart": render(t, valueSets["tenants"]...), "config/default": kustomizeInstall(t)} {
+		g := grants(t, objs, "airlock-manager")
+		for _, res := range []string{"pods", "pods/exec", "pods/log"} {
+			for _, v := range writes {
+				if g["*||"+res+"|"+v] {
+					t.Errorf("%s: the manager may %s %s cluster-wide", name, v, res)
+				}
+			}
+		}
+		for _, v := range writes {
+			if g["*|networking.k8s.io|networkpolicies|"+v] {
+				t.Errorf("%s: the manager may %s NetworkPolicies cluster-wide", name, v)
+			}
+		}
+		for _, read := range []string{"*||pods|list", "*||pods|watch", "*|networking.k8s.io|networkpolicies|watch"} {
+			if !g[read] {
+				t.Errorf("%s: the manager lacks %s, which its caches need", name, read)
+			}
+		}
+		var nss []string
+		for p := range g {
+			if strings.HasSuffix(p, "||pods|create") {
+				ns, _, _ := strings.Cut(p, "|")
+				nss = append(nss, ns)
+			}
+		}
+		slices.Sort(nss)
+		want := []string{"team-a", "team-b"}
+		if name == "config/default" {
+			want = nil // `airlock tenant create` binds it per tenant
+		}
+		if !reflect.DeepEqual(nss, want) {
+			t.Errorf("%s: the manager may create pods in %v, want the tenants %v", name, nss, want)
+		}
+	}
+}
+
+// `airlock tenant create` makes the manager's RoleBinding the chart makes for its tenants, to the ClusterRole
+// both install paths define, for the manager's ServiceAccount as both name it.
+func TestCLIManagerBindingMatchesTheInstall(t *testing.T) {
+	objs := render(t, valueSets["tenants"]...)
+	rb := into[rbacv1.RoleBinding](t, objs.must(t, "RoleBinding", "team-a", admin.ManagerBindingName))
+	want := rbacv1.Subject{Kind: "ServiceAccount", Name: admin.DefaultManagerServiceAccount, Namespace: admin.DefaultGatewayNamespace}
+	if rb.RoleRef.Name != admin.DefaultManagerClusterRole || len(rb.Subjects) != 1 || rb.Subjects[0] != want {
+		t.Errorf("chart manager binding %+v %+v; the CLI makes %s -> %s for %+v", rb.RoleRef, rb.Subjects, admin.ManagerBindingName, admin.DefaultManagerClusterRole, want)
+	}
+	for name, objs := range map[string]objects{"chart": objs, "config/rbac": readYAML(t, "config/rbac/role.yaml")} {
+		if objs.get("ClusterRole", "", admin.DefaultManagerClusterRole) == nil {
+			t.Errorf("%s has no ClusterRole %s for the CLI to bind", name, admin.DefaultManagerClusterRole)
+		}
 	}
 }

@@ -67,7 +67,11 @@ func readVar(t testing.TB, file, prefix string) string {
 	return ""
 }
 
-const releaseNamespace = "airlock-system"
+const (
+	releaseNamespace = "airlock-system"
+	// keyNamespace holds the API key Secrets (gateway.keyNamespace's default, config/gateway's).
+	keyNamespace = "airlock-keys"
+)
 
 // helmTemplate renders the chart (or dir) with extra helm arguments and returns stdout, stderr and the error.
 func helmTemplate(t testing.TB, dir, release string, args ...string) (string, string, error) {

@@ -30,9 +30,10 @@ import (
 )
 
 const (
-	release   = "airlock"
-	namespace = "airlock-system"
-	tenant    = "team-a" // from charts/airlock/ci/local-cluster-values.yaml
+	release      = "airlock"
+	namespace    = "airlock-system"
+	keyNamespace = "airlock-keys" // gateway.keyNamespace's default
+	tenant       = "team-a"       // from charts/airlock/ci/local-cluster-values.yaml
 )
 
 func run(t *testing.T, name string, args ...string) string {
@@ -81,11 +82,14 @@ func TestHelmInstallServesAgentsAndUninstallsCleanly(t *testing.T) {
 		}
 	})
 
-	key, _, err := admin.CreateKey(ctx, c, namespace, tenant, "helm-e2e")
+	key, _, err := admin.CreateKey(ctx, c, keyNamespace, tenant, "helm-e2e")
 	if err != nil {
 		t.Fatalf("creating key: %v", err)
 	}
-	base := portForward(t, kubectl, kubeconfig)
+	checkInstalledRBAC(t, c)
+	checkSandboxOutsideATenant(t, c)
+	checkGatewayMetricsNeedAToken(t, kubectl, kubeconfig)
+	base := portForward(t, kubectl, kubeconfig, "app.kubernetes.io/component=gateway")
 
 	status, created := call(t, base, key, "POST", "/v1/sandboxes", map[string]any{"size": "small", "timeout_minutes": 30})
 	if status != http.StatusCreated || created["status"] != "ready" {
@@ -167,8 +171,9 @@ func waitEmpty(t *testing.T, c client.Client, ns string, timeout time.Duration) 
 	}
 }
 
-// portForward forwards a free loopback port to the gateway Service and returns its base URL.
-func portForward(t *testing.T, kubectl, kubeconfig string) string {
+// portForward forwards a free loopback port to the Service labelled selector and returns its base URL
+// (http://127.0.0.1:PORT), once the forward accepts connections.
+func portForward(t *testing.T, kubectl, kubeconfig, selector string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -177,7 +182,7 @@ func portForward(t *testing.T, kubectl, kubeconfig string) string {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	svc := strings.TrimSpace(run(t, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "get", "svc",
-		"-l", "app.kubernetes.io/component=gateway", "-o", "jsonpath={.items[0].metadata.name}"))
+		"-l", selector, "-o", "jsonpath={.items[0].metadata.name}"))
 	svcPort := strings.TrimSpace(run(t, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "get", "svc", svc,
 		"-o", "jsonpath={.spec.ports[0].port}"))
 	cmd := child.DieWithParent(exec.Command(kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "port-forward", "--address", "127.0.0.1",
@@ -189,13 +194,13 @@ func portForward(t *testing.T, kubectl, kubeconfig string) string {
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get(base + "/healthz"); err == nil {
-			resp.Body.Close()
+		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+			c.Close()
 			return base
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatal("port-forward to the gateway did not come up within 30s")
+	t.Fatalf("port-forward to %s did not come up within 30s", svc)
 	return ""
 }
 

@@ -27,6 +27,7 @@ the prefix first, so "<prefix>-manager" and "<prefix>-gateway" can never truncat
 {{- end -}}
 
 {{- define "airlock.managerName" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "manager") }}{{- end -}}
+{{- define "airlock.managerTenantRole" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "manager-tenant") }}{{- end -}}
 {{- define "airlock.gatewayName" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "gateway") }}{{- end -}}
 
 {{- define "airlock.chart" -}}
@@ -135,3 +136,49 @@ Names of its objects, shared by the webhook objects and the manager's flags.
 {{/* The token Secret of the metrics scraper ServiceAccount (metrics-rbac.yaml), referenced by the ServiceMonitor. */}}
 {{- define "airlock.metricsScraperSecret" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "metrics-scraper-token") }}{{- end -}}
 {{- define "airlock.egressProxyName" -}}{{ include "airlock.componentName" (dict "ctx" . "component" "egress-proxy") }}{{- end -}}
+
+{{/*
+airlock.managerRoles: the rules of files/manager-role.yaml (controller-gen's two ClusterRoles), as YAML
+{name: rules}. Fails when a role is missing, so a stale copy cannot render a manager without permissions.
+*/}}
+{{- define "airlock.managerRoles" -}}
+{{- $out := dict -}}
+{{- range $doc := regexSplit "(?m)^---\\s*$" (.Files.Get "files/manager-role.yaml") -1 -}}
+{{- $role := fromYaml $doc -}}
+{{- if and $role $role.metadata -}}{{- $_ := set $out $role.metadata.name $role.rules -}}{{- end -}}
+{{- end -}}
+{{- range $name := list "airlock-manager" "airlock-manager-tenant" -}}
+{{- if not (index $out $name) -}}{{- fail (printf "files/manager-role.yaml has no rules for %s: run `make chart-sync`" $name) -}}{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/*
+(dict "ctx" $ "name" NAME): fails unless NAME may be a tenant. A tenant lets the gateway exec into every pod
+and read and create Secrets there, and the manager create pods: never Kubernetes' own namespaces (kube-*),
+default, nor Airlock's own (the release's, the API keys'). The CLI refuses the same (admin.SystemNamespaceError).
+*/}}
+{{- define "airlock.checkTenantName" -}}
+{{- $n := .name -}}
+{{- if eq $n "default" -}}
+{{- fail (printf "tenants: %s cannot be a tenant: it is Kubernetes' default namespace, where any workload may run; pick another name" $n) -}}
+{{- else if hasPrefix "kube-" $n -}}
+{{- fail (printf "tenants: %s cannot be a tenant: kube-* namespaces are Kubernetes' own (the gateway could exec into its system pods); pick another name" $n) -}}
+{{- else if or (eq $n .ctx.Release.Namespace) (eq $n (include "airlock.keyNamespace" .ctx)) -}}
+{{- fail (printf "tenants: %s cannot be a tenant: it is Airlock's own (the release's or the API keys' namespace); pick another name" $n) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The API keys' namespace (gateway.keyNamespace): a namespace of its own, so that the gateway's Secret
+permission there reaches no other Secret (the release namespace holds the exec guard's certificate).
+*/}}
+{{- define "airlock.keyNamespace" -}}
+{{- $ns := .Values.gateway.keyNamespace -}}
+{{- if or (eq $ns "default") (hasPrefix "kube-" $ns) -}}
+{{- fail (printf "gateway.keyNamespace %s: the gateway may read every Secret in it, so it must be a namespace of Airlock's own, not Kubernetes'" $ns) -}}
+{{- else if eq $ns .Release.Namespace -}}
+{{- fail (printf "gateway.keyNamespace must not be the release namespace %s: the gateway could then read every Secret there, the exec guard's certificate included" $ns) -}}
+{{- end -}}
+{{- $ns -}}
+{{- end -}}

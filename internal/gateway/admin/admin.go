@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
@@ -34,13 +33,21 @@ const (
 	// ExecBindingName is the tenant's RoleBinding that lets the gateway exec there; the chart names it the same
 	// (templates/gateway/rbac.yaml), so the CLI and the chart manage one object.
 	ExecBindingName = "airlock-gateway-exec"
+	// ManagerBindingName is the tenant's RoleBinding that lets the manager create and delete sandbox pods and
+	// their NetworkPolicies there; the chart names it the same (templates/tenants.yaml).
+	ManagerBindingName = "airlock-manager-tenant"
 )
 
-// Defaults of the gateway's identity, as the chart (release "airlock") and config/gateway name it.
+// Defaults of the installation's names, as the chart (release "airlock") and config/ name them.
 const (
 	DefaultGatewayServiceAccount = "airlock-gateway"
 	DefaultGatewayNamespace      = "airlock-system"
 	DefaultExecClusterRole       = "airlock-gateway-exec"
+	DefaultManagerServiceAccount = "airlock-manager"
+	DefaultManagerClusterRole    = "airlock-manager-tenant"
+	// DefaultKeyNamespace holds the API key Secrets and nothing else: the gateway's Secret permission there
+	// reaches no other Secret (not the exec guard's certificate in the gateway's own namespace).
+	DefaultKeyNamespace = "airlock-keys"
 )
 
 // ErrNotTenant is returned for a namespace that exists but does not carry LabelTenant.
@@ -61,24 +68,37 @@ type TenantOptions struct {
 	GatewayServiceAccount string
 	GatewayNamespace      string
 	ExecClusterRole       string
+	// ManagerServiceAccount and ManagerNamespace name the manager's ServiceAccount, which may create sandbox
+	// pods and policies only in tenants: a RoleBinding (ManagerBindingName) to ManagerClusterRole. An empty
+	// ManagerServiceAccount creates no binding.
+	ManagerServiceAccount string
+	ManagerNamespace      string
+	ManagerClusterRole    string
+	// KeyNamespace holds the API key Secrets: never a tenant (tenants let the gateway create Secrets).
+	KeyNamespace string
+}
+
+// bindings are the RoleBindings a tenant gets, for the identities o names.
+func (o TenantOptions) bindings() []roleBinding {
+	var b []roleBinding
+	if o.GatewayServiceAccount != "" {
+		b = append(b, roleBinding{name: ExecBindingName, clusterRole: o.ExecClusterRole, flag: "--exec-cluster-role",
+			what: "the gateway's exec permission", helmSuffix: "gateway-exec",
+			subject: rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: o.GatewayServiceAccount, Namespace: o.GatewayNamespace}})
+	}
+	if o.ManagerServiceAccount != "" {
+		b = append(b, roleBinding{name: ManagerBindingName, clusterRole: o.ManagerClusterRole, flag: "--manager-cluster-role",
+			what: "the manager's permission to create sandbox pods", helmSuffix: "manager-tenant",
+			subject: rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: o.ManagerServiceAccount, Namespace: o.ManagerNamespace}})
+	}
+	return b
 }
 
 // CreateTenant creates (or updates) the tenant's namespace with the restricted Pod Security Standard
-// enforced, audited and warned, the gateway's exec RoleBinding and the sandbox quota.
+// enforced, audited and warned, the gateway's exec and the manager's RoleBindings and the sandbox quota.
 func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOptions) error {
-	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-		return fmt.Errorf("tenant name %q: %s", name, errs[0])
-	}
-	if o.MaxSandboxes < 0 {
-		return errors.New("max sandboxes must not be negative")
-	}
-	if o.GatewayServiceAccount != "" && (o.GatewayNamespace == "" || o.ExecClusterRole == "") {
-		return errors.New("the gateway's exec binding needs its namespace and ClusterRole")
-	}
-	// The gateway may exec into every pod of a tenant: never its own namespace (the gateway and the manager run
-	// there) nor Kubernetes' own.
-	if name == o.GatewayNamespace || strings.HasPrefix(name, "kube-") {
-		return fmt.Errorf("namespace %s cannot be a tenant: the gateway could exec into its system pods; pick another name", name)
+	if err := o.validate(name); err != nil {
+		return err
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	switch err := c.Get(ctx, client.ObjectKeyFromObject(ns), ns); {
@@ -89,11 +109,9 @@ func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOpt
 		return fmt.Errorf("namespace %s already exists and is %w (no label %s=true): "+
 			"pass --adopt to make it one (the gateway may then exec into every pod in it), or pick a new name", name, ErrNotTenant, LabelTenant)
 	}
-	if o.GatewayServiceAccount != "" {
-		// A binding to a missing ClusterRole grants nothing, silently: say so now instead.
-		if err := c.Get(ctx, client.ObjectKey{Name: o.ExecClusterRole}, &rbacv1.ClusterRole{}); err != nil {
-			return fmt.Errorf("ClusterRole %s (the gateway's exec permission): %w; install Airlock first "+
-				"(Helm or config/default), or name it with --exec-cluster-role (Helm: <release>-airlock-gateway-exec)", o.ExecClusterRole, err)
+	for _, b := range o.bindings() {
+		if err := b.clusterRoleExists(ctx, c); err != nil {
+			return err
 		}
 	}
 	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -108,10 +126,12 @@ func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOpt
 	}); err != nil {
 		return fmt.Errorf("namespace %s: %w", name, err)
 	}
-	if o.GatewayServiceAccount != "" {
-		if err := bindExec(ctx, c, name, o); err != nil {
+	for _, b := range o.bindings() {
+		if err := b.ensure(ctx, c, name); err != nil {
 			return err
 		}
+	}
+	if o.GatewayServiceAccount != "" {
 		if err := bindSecrets(ctx, c, name, o); err != nil {
 			return err
 		}
@@ -145,24 +165,6 @@ func CreateTenant(ctx context.Context, c client.Client, name string, o TenantOpt
 				return fmt.Errorf("template %s: %w", t.Name, err)
 			}
 		}
-	}
-	return nil
-}
-
-// bindExec creates the RoleBinding that gives the gateway pods/exec in tenant ns, and only there.
-func bindExec(ctx context.Context, c client.Client, ns string, o TenantOptions) error {
-	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: o.ExecClusterRole}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ExecBindingName, Namespace: ns}}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(rb), rb); err == nil && rb.RoleRef != ref {
-		// roleRef is immutable: an update could not fix it.
-		return fmt.Errorf("RoleBinding %s/%s refers to %s %s, not ClusterRole %s: delete it, or pass --exec-cluster-role %s",
-			ns, ExecBindingName, rb.RoleRef.Kind, rb.RoleRef.Name, o.ExecClusterRole, rb.RoleRef.Name)
-	}
-	if _, err := createOrUpdate(ctx, c, rb, func() {
-		rb.RoleRef = ref
-		rb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: o.GatewayServiceAccount, Namespace: o.GatewayNamespace}}
-	}); err != nil {
-		return fmt.Errorf("exec RoleBinding in %s: %w", ns, err)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 )
 
-// fakeCluster holds objs and the gateway's exec ClusterRole.
+// fakeCluster holds objs and the ClusterRoles an install binds in tenants.
 func fakeCluster(t *testing.T, objs ...client.Object) client.Client {
 	t.Helper()
 	s := runtime.NewScheme()
@@ -28,7 +28,8 @@ func fakeCluster(t *testing.T, objs ...client.Object) client.Client {
 	if err := airlockv1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	objs = append(objs, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: DefaultExecClusterRole}})
+	objs = append(objs, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: DefaultExecClusterRole}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: DefaultManagerClusterRole}})
 	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
 }
 
@@ -42,7 +43,9 @@ func readyQuota(ns string) *corev1.ResourceQuota {
 
 func cliOptions() TenantOptions {
 	return TenantOptions{MaxSandboxes: 5, GatewayServiceAccount: DefaultGatewayServiceAccount,
-		GatewayNamespace: DefaultGatewayNamespace, ExecClusterRole: DefaultExecClusterRole}
+		GatewayNamespace: DefaultGatewayNamespace, ExecClusterRole: DefaultExecClusterRole,
+		ManagerServiceAccount: DefaultManagerServiceAccount, ManagerNamespace: DefaultGatewayNamespace,
+		ManagerClusterRole: DefaultManagerClusterRole, KeyNamespace: DefaultKeyNamespace}
 }
 
 // tenant create makes the exec RoleBinding (to the ClusterRole, in the tenant only). Removing bindExec from
@@ -95,17 +98,78 @@ func TestCreateTenantRefusals(t *testing.T) {
 		t.Errorf("adopted namespace labels %v (%v): want the tenant label added, others kept", ns.Labels, err)
 	}
 
-	for _, name := range []string{DefaultGatewayNamespace, "kube-system"} {
-		o := cliOptions()
-		o.Adopt = true
-		if err := CreateTenant(ctx, c, name, o); err == nil || !strings.Contains(err.Error(), "cannot be a tenant") {
-			t.Errorf("tenant %s: %v, want a refusal", name, err)
-		}
-	}
 	o = cliOptions()
 	o.ExecClusterRole = "my-release-airlock-gateway-exec"
 	if err := CreateTenant(ctx, c, "new-one", o); err == nil || !strings.Contains(err.Error(), "--exec-cluster-role") {
 		t.Errorf("missing exec ClusterRole: %v", err)
+	}
+	o = cliOptions()
+	o.ManagerClusterRole = "my-release-airlock-manager-tenant"
+	if err := CreateTenant(ctx, c, "new-one", o); err == nil || !strings.Contains(err.Error(), "--manager-cluster-role") {
+		t.Errorf("missing manager ClusterRole: %v", err)
+	}
+}
+
+// Kubernetes' and Airlock's own namespaces never become tenants, with or without --adopt, existing or not, and
+// nothing is written to them. Fails without SystemNamespaceError in validate: checked.
+func TestCreateTenantRefusesSystemNamespaces(t *testing.T) {
+	ctx := context.Background()
+	var existing []client.Object
+	for _, ns := range []string{"default", "kube-system", "kube-public", "kube-node-lease", DefaultGatewayNamespace, DefaultKeyNamespace, "mgr-ns"} {
+		existing = append(existing, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, readyQuota(ns))
+	}
+	c := fakeCluster(t, existing...)
+	for _, name := range []string{"default", "kube-system", "kube-public", "kube-node-lease", "kube-new", DefaultGatewayNamespace, DefaultKeyNamespace, "mgr-ns"} {
+		for _, adopt := range []bool{false, true} {
+			o := cliOptions()
+			o.Adopt = adopt
+			o.ManagerNamespace = "mgr-ns"
+			if err := CreateTenant(ctx, c, name, o); err == nil || !strings.Contains(err.Error(), "cannot be a tenant") {
+				t.Errorf("tenant %s (adopt %v): %v, want a refusal", name, adopt, err)
+			}
+		}
+		var rbs rbacv1.RoleBindingList
+		if err := c.List(ctx, &rbs, client.InNamespace(name)); err != nil || len(rbs.Items) != 0 {
+			t.Errorf("refused tenant %s got RoleBindings %v (%v)", name, rbs.Items, err)
+		}
+		var ns corev1.Namespace
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &ns); err == nil && ns.Labels[LabelTenant] != "" {
+			t.Errorf("refused tenant %s got the tenant label", name)
+		}
+	}
+	// Names that only look alike are fine.
+	if err := SystemNamespaceError("kubeflow"); err != nil {
+		t.Errorf("kubeflow: %v", err)
+	}
+	if err := SystemNamespaceError("defaults"); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
+
+// tenant create binds the manager's per-tenant ClusterRole (pod and NetworkPolicy writes) in the tenant, and
+// nowhere else. Fails without the manager's binding in bindings(): checked.
+func TestCreateTenantBindsTheManagerInTheTenant(t *testing.T) {
+	ctx := context.Background()
+	c := fakeCluster(t, readyQuota("team-a"))
+	if err := CreateTenant(ctx, c, "team-a", cliOptions()); err != nil {
+		t.Fatal(err)
+	}
+	var rb rbacv1.RoleBinding
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: ManagerBindingName}, &rb); err != nil {
+		t.Fatalf("no manager RoleBinding: %v", err)
+	}
+	want := rbacv1.Subject{Kind: "ServiceAccount", Name: DefaultManagerServiceAccount, Namespace: DefaultGatewayNamespace}
+	if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != DefaultManagerClusterRole || len(rb.Subjects) != 1 || rb.Subjects[0] != want {
+		t.Errorf("binding %+v %+v", rb.RoleRef, rb.Subjects)
+	}
+	var all rbacv1.RoleBindingList
+	if err := c.List(ctx, &all); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range all.Items {
+		if b.Namespace != "team-a" {
+			t.Errorf("tenant create bound %s in %s", b.Name, b.Namespace)
+		}
 	}
 }
 
