@@ -275,31 +275,54 @@ func TrailerOutcome(tr *runwrap.Trailer) (Outcome, string) {
 	return OutcomeExited, tr.StartError
 }
 
-// reattachTries bounds how often a run whose session broke is followed again on a new one.
-const reattachTries = 3
-
 // reattach follows run id again after its call's session broke (an API-server or kubelet restart, a network
 // blip): on a fresh session, from the output the collector already has. PID 1 keeps the run going meanwhile
-// (runwrap.ReattachGrace), so the caller gets its real outcome and all of its output.
+// for its reattach grace, so the caller gets its real outcome and all of its output. While no session can be
+// opened (the API server is down) it tries again with a growing pause, until shortly before the grace ends.
 func (e *Engine) reattach(ctx context.Context, req *Request, id string, col *collector, runErr error) (*runwrap.Reply, error) {
-	for try := 0; try < reattachTries && errors.Is(runErr, runwrap.ErrNoReply) && ctx.Err() == nil; try++ {
+	giveUp := time.Now().Add(runwrap.DefaultReattachGrace - reattachMargin)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		e.opts.Logger.Info("the session broke during a run; following it again", "namespace", req.Namespace, "pod", req.Pod,
-			"try", try+1, "error", runErr.Error())
-		sess, release, err := e.sessions.acquire(ctx, req)
-		if err != nil {
-			return nil, fmt.Errorf("%w: reopening the session: %w", runErr, err)
-		}
-		var rep *runwrap.Reply
-		rep, runErr = sess.Attach(ctx, id, col.received(), col.stdout(), col.stderr())
-		release(runErr != nil && !sess.usable())
-		if runErr == nil {
-			if rep.Error != "" {
-				return nil, fmt.Errorf("%w: %s", runwrap.ErrNoReply, rep.Error)
-			}
+			"error", runErr.Error())
+		rep, err := e.attachOnce(ctx, req, id, col)
+		switch {
+		case err == nil:
 			return rep, nil
+		case errors.Is(err, errRunGone), errors.Is(err, ErrNotStarted) && notFound(err):
+			return nil, err // PID 1 restarted, or the pod is gone
+		}
+		runErr = err
+		if ctx.Err() != nil || time.Now().Add(wait).After(giveUp) {
+			return nil, runErr
+		}
+		select {
+		case <-ctx.Done():
+			return nil, runErr
+		case <-time.After(wait):
 		}
 	}
-	return nil, runErr
+}
+
+// reattachMargin is left of PID 1's reattach grace for the last attach to arrive in time.
+const reattachMargin = 3 * time.Second
+
+// errRunGone is an attach PID 1 refused: it does not know the run (it restarted), or cannot resume it.
+var errRunGone = errors.New("the run cannot be followed again")
+
+func (e *Engine) attachOnce(ctx context.Context, req *Request, id string, col *collector) (*runwrap.Reply, error) {
+	sess, release, err := e.sessions.acquire(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reopening the session: %w", runwrap.ErrNoReply, err)
+	}
+	rep, err := sess.Attach(ctx, id, col.received(), col.stdout(), col.stderr())
+	release(err != nil && !sess.usable())
+	switch {
+	case err != nil:
+		return nil, err
+	case rep.Error != "":
+		return nil, fmt.Errorf("%w: %w: %s", runwrap.ErrNoReply, errRunGone, rep.Error)
+	}
+	return rep, nil
 }
 
 // recoverOutcome asks the sandbox's supervisor (PID 1), on a new session,

@@ -143,6 +143,15 @@ func forbidden(err error) bool {
 	return apierrors.IsForbidden(err) || strings.Contains(err.Error(), " is forbidden: ")
 }
 
+// notFound reports whether a failed upgrade was the API server's 404: the pod or its container is gone.
+func notFound(err error) bool {
+	var ue *httpstream.UpgradeFailureError
+	if errors.As(err, &ue) && apierrors.IsNotFound(ue.Cause) {
+		return true
+	}
+	return apierrors.IsNotFound(err) || strings.Contains(err.Error(), " not found")
+}
+
 // execURL is the pods/exec subresource URL for argv, with stdin: the request
 // always travels there, never in the URL.
 func execURL(cfg *rest.Config, r *Request, argv []string) (*url.URL, error) {

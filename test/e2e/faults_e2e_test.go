@@ -276,9 +276,10 @@ func listLen(list client.ObjectList) int {
 
 // TestGatewayKilledDuringCommands SIGKILLs a gateway while 6 commands run through it in 2 sandboxes. Each of
 // its 6 callers gets an error, at once, never a hang or a made-up result. The commands follow the rule for a
-// caller that vanished without cancelling (docs/runtimes.md): each runs on to its own end or deadline, and
-// nothing outlives the deadline. A second gateway keeps serving the same tenant meanwhile, the sandboxes stay
-// usable, and a background process started through the dead gateway is re-attached through the other.
+// run whose caller vanished (docs/runtimes.md): each runs on for its reattach grace (30 s) for a gateway to
+// attach to it, ends on its own meanwhile if it can, and is killed at the grace's end if nobody attached. A
+// second gateway keeps serving the same tenant meanwhile, the sandboxes stay usable, and a background process
+// started through the dead gateway is re-attached through the other.
 func TestGatewayKilledDuringCommands(t *testing.T) {
 	a, err := startGateway("--max-concurrent-execs=40")
 	if err != nil {
@@ -309,7 +310,7 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 	bgID := str(t, bg, "process_id")
 
 	// In each sandbox: two commands that end on their own once the test writes "go" after the kill (and
-	// leave a file), one that would run for 5 minutes but has a 60 s deadline. Each marks its start with a
+	// leave a file), one that would run for 5 minutes (60 s deadline), killed at its grace's end. Each marks its start with a
 	// file: a burst of execs takes a loaded 2-core node's containerd long to start (of 20, and of 12, some
 	// were still refused after the gateway's 15 s retry), and the checks queue behind them, so nothing may end on a timer before
 	// all are seen.
@@ -372,7 +373,12 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 			t.Fatal("a call through the killed gateway hangs")
 		}
 	}
-	// Meanwhile the other gateway serves the tenant, in every sandbox.
+	// The short ones go on to their own end: the other gateway lets them (it serves the tenant in every sandbox).
+	for _, id := range ids {
+		if res := b.execCmd(t, key, id, "touch go", 10_000); res["exit_code"] != float64(0) {
+			t.Fatalf("%s: touch go: %v", id, summarize(res))
+		}
+	}
 	for _, id := range ids {
 		if res := b.execCmd(t, key, id, "echo ok", 10_000); res["exit_code"] != float64(0) || res["stdout"] != "ok\n" {
 			t.Errorf("%s through the surviving gateway: %v", id, summarize(res))
@@ -383,15 +389,9 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 	if status != http.StatusOK || proc["status"] != "exited" || proc["exit_code"] != float64(0) || !strings.Contains(fmt.Sprint(proc["stdout"]), "tick 16\n") {
 		t.Errorf("background process after the kill: %d %v", status, proc)
 	}
-	// The short ones go on to their own end, and deadlines hold: soon after 60 s + grace no command is left.
-	// (The calls went out at `started`; starting 20 execs takes seconds, hence the margin.)
-	for _, id := range ids {
-		if res := b.execCmd(t, key, id, "touch go", 10_000); res["exit_code"] != float64(0) {
-			t.Fatalf("%s: touch go: %v", id, summarize(res))
-		}
-	}
-	time.Sleep(time.Until(started.Add(60*time.Second + runwrap.DefaultGrace)))
-	eventually(t, 30*time.Second, "every command ended by its deadline, the short ones after their work", func() error {
+	// Nobody attached to the long ones: their grace ends them, well before their 60 s deadline.
+	time.Sleep(time.Until(killed.Add(runwrap.DefaultReattachGrace + runwrap.DefaultGrace)))
+	eventually(t, 20*time.Second, "every command ended: the short ones after their work, the long ones at their grace's end", func() error {
 		for _, id := range ids {
 			res := b.execCmd(t, key, id, "ps -eo args= | grep -c -e '^[s]leep 300' -e '[u]ntil \\[ -e go' ; ls done-* | wc -l", 10_000)
 			if got := strings.Fields(fmt.Sprint(res["stdout"])); len(got) != 2 || got[0] != "0" || got[1] != strconv.Itoa(shortPerBox) {
@@ -400,6 +400,9 @@ func TestGatewayKilledDuringCommands(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("%d callers got their error at once; the surviving gateway served all %d sandboxes; every command had ended %s after the calls (long ones: 60 s deadline + %s grace)",
-		boxes*perBox, boxes, time.Since(started).Round(time.Second), runwrap.DefaultGrace)
+	if late := time.Since(killed); late > runwrap.DefaultReattachGrace+runwrap.DefaultGrace+20*time.Second {
+		t.Errorf("the long commands ended %s after the kill", late.Round(time.Second))
+	}
+	t.Logf("%d callers got their error at once; the surviving gateway served all %d sandboxes; every command had ended %s after the kill (long ones: the %s reattach grace)",
+		boxes*perBox, boxes, time.Since(killed).Round(time.Second), runwrap.DefaultReattachGrace)
 }
