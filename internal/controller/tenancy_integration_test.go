@@ -16,9 +16,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/sandbox"
 )
 
 // managerSA is the manager's identity as config/rbac binds it.
@@ -104,4 +111,65 @@ func TestIntegrationSandboxOutsideATenantSaysSo(t *testing.T) {
 	g.Eventually(func() error {
 		return c.Get(ctx, client.ObjectKey{Namespace: other, Name: "s1"}, &corev1.Pod{})
 	}, retryBlocked+15*time.Second, 250*time.Millisecond).Should(Succeed())
+}
+
+// startPoolReconcilerAs runs the pool reconciler alone, acting as user with the install's RBAC.
+func startPoolReconcilerAs(t *testing.T, user string) {
+	t.Helper()
+	cfg, _ := startEnv(t)
+	cfg = rest.CopyConfig(cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: CacheOptions(), Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+	if err != nil {
+		t.Fatalf("creating manager: %v", err)
+	}
+	p := &PoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme,
+		Recorder: mgr.GetEventRecorder("airlock-manager"), Clock: clock.RealClock{}, Defaults: sandbox.DefaultDefaults(),
+		Pod: sandbox.DefaultPodOptions("localhost/airlock/init:test"), Attestations: &Attestations{Logs: attestingLogs{c: mgr.GetAPIReader()}}}
+	if err := p.SetupWithManager(mgr); err != nil {
+		t.Fatalf("setting up pool controller: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("manager did not stop within 30s")
+		}
+	})
+}
+
+// A SandboxPool outside a tenant gets no members and says why on Ready, as a Sandbox does; in a tenant its
+// members start. Without notTenant the member policy's Forbidden is a silent retry: checked.
+func TestIntegrationPoolOutsideATenantSaysSo(t *testing.T) {
+	_, c := startEnv(t)
+	installManagerRBAC(t, c)
+	startPoolReconcilerAs(t, managerSA)
+	ctx, g := context.Background(), NewWithT(t)
+	tenant, other := newNamespace(t, c), newNamespace(t, c)
+	bindManagerIn(t, c, tenant)
+	for _, ns := range []string{tenant, other} {
+		g.Expect(c.Create(ctx, makeTemplate(ns, "py", "localhost/airlock/sandbox-python:1").obj())).To(Succeed())
+		g.Expect(c.Create(ctx, makePool(ns, "warm", "py", 1))).To(Succeed())
+	}
+	g.Eventually(func() (int, error) {
+		var pods corev1.PodList
+		err := c.List(ctx, &pods, client.InNamespace(tenant))
+		return len(pods.Items), err
+	}, 20*time.Second, 100*time.Millisecond).Should(Equal(1), "the tenant's pool starts its member")
+	g.Eventually(func(g Gomega) {
+		var pool airlockv1.SandboxPool
+		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: other, Name: "warm"}, &pool)).To(Succeed())
+		ready := meta.FindStatusCondition(pool.Status.Conditions, airlockv1.PoolConditionReady)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Reason).To(Equal(ReasonNamespaceNotTenant))
+		g.Expect(ready.Message).To(ContainSubstring("airlock tenant create " + other))
+	}, 20*time.Second, 100*time.Millisecond).Should(Succeed())
+	var pods corev1.PodList
+	g.Expect(c.List(ctx, &pods, client.InNamespace(other))).To(Succeed())
+	g.Expect(pods.Items).To(BeEmpty())
 }
