@@ -309,7 +309,9 @@ func TestNodeDaemonsKilled(t *testing.T) {
 			// A command in flight across the outage: its stream breaks with the daemon, the gateway follows it
 			// again once the daemon is back, and its caller gets the true result.
 			inflight := make(chan execOutcome, 1)
-			go func() { inflight <- execBounded(g, key, kept, "echo started; sleep 8; echo done", 60_000, 60*time.Second) }()
+			go func() {
+				inflight <- execBounded(g, key, kept, "echo started; sleep 8; echo done", 60_000, 60*time.Second)
+			}()
 			eventually(t, 30*time.Second, "the command in flight running", func() error {
 				res := g.execCmd(t, key, kept, "ps -eo args= | grep -c '^[s]leep 8' || true", 10_000)
 				if n := strings.TrimSpace(fmt.Sprint(res["stdout"])); n != "1" {
