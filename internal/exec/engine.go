@@ -115,6 +115,21 @@ func New(cfg *rest.Config, opts Options) (*Engine, error) {
 	return e, nil
 }
 
+// Warm opens target's session in the background, if it is not open already, so that the sandbox's first
+// command finds it ready (e.g. right after a create). Failures are left for that command to meet.
+func (e *Engine) Warm(target Request) {
+	if target.SupervisorKey == "" || len(target.targetErrors()) > 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+		defer cancel()
+		if _, release, err := e.sessions.acquire(ctx, &target); err == nil {
+			release(false)
+		}
+	}()
+}
+
 // Close ends every session the engine holds open.
 func (e *Engine) Close() { e.sessions.closeAll() }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -188,5 +189,28 @@ func TestEngineStreamChunks(t *testing.T) {
 	full, _ := os.ReadFile(res.Truncation.Stdout.FullOutputPath)
 	if out.String() != string(full) || errs.String() != `é\xff` || errRaw.String() != "é\xff" || !res.Truncated {
 		t.Fatalf("streamed %d bytes vs %d in file; stderr %q", out.Len(), len(full), errs.String())
+	}
+}
+
+// Calls to one sandbox share one session: one exec for many commands, and Warm opens it ahead of the first.
+func TestEngineSessionIsShared(t *testing.T) {
+	env := newEnv(t, ProtocolWebSocket, nil)
+	env.eng.Warm(env.keyed(Request{Namespace: "ns", Pod: "sandbox-0"}))
+	deadline := time.Now().Add(10 * time.Second)
+	for env.srv.WebSocketRequests.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			res := env.run(t, Request{Shell: "echo " + itoa(i)})
+			if res.Outcome != OutcomeExited || res.Stdout != itoa(i)+"\n" {
+				t.Errorf("%d: %+v", i, res)
+			}
+		})
+	}
+	wg.Wait()
+	if n := env.srv.WebSocketRequests.Load(); n != 1 {
+		t.Fatalf("%d execs for a warmed session and 8 commands, want 1", n)
 	}
 }
