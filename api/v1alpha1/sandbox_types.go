@@ -152,6 +152,10 @@ type SandboxStatus struct {
 	// +optional
 	PodIP string `json:"podIP,omitempty"`
 
+	// NodeName is the node the pod runs on: the gateway admits commands by node capacity.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+
 	// RuntimeClassName is the runtime class the pod was created with.
 	// +optional
 	RuntimeClassName string `json:"runtimeClassName,omitempty"`

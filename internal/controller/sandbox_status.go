@@ -119,6 +119,7 @@ func computeStatus(sbx *airlockv1.Sandbox, obs observation) airlockv1.SandboxSta
 	if obs.pod != nil {
 		st.PodName = obs.pod.Name
 		st.PodIP = obs.pod.Status.PodIP
+		st.NodeName = obs.pod.Spec.NodeName
 		if st.StartedAt == nil {
 			st.StartedAt = containerStartedAt(obs.pod)
 		}
