@@ -2,6 +2,7 @@ package exec
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -54,7 +55,7 @@ func newSessionPool(open func(ctx context.Context, target *Request) (*session, e
 // and the release to call when done with it; broken says the session failed and must not be used again.
 func (p *sessionPool) acquire(ctx context.Context, target *Request) (*session, func(broken bool), error) {
 	k := keyOf(target)
-	for {
+	for try := 0; ; try++ {
 		p.mu.Lock()
 		e := p.byKey[k]
 		if e == nil {
@@ -85,6 +86,9 @@ func (p *sessionPool) acquire(ctx context.Context, target *Request) (*session, f
 			p.mu.Unlock()
 			if e.users == 0 {
 				go e.s.close()
+			}
+			if try == 2 {
+				return nil, nil, fmt.Errorf("%w: sessions with the sandbox's supervisor break as soon as they open", ErrNotStarted)
 			}
 			continue // broken since: open another
 		}
