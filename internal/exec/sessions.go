@@ -83,8 +83,9 @@ func (p *sessionPool) acquire(ctx context.Context, target *Request) (*session, f
 			if p.byKey[k] == e {
 				delete(p.byKey, k)
 			}
+			unused := e.users == 0
 			p.mu.Unlock()
-			if e.users == 0 {
+			if unused {
 				go e.s.close()
 			}
 			if try == 2 {
