@@ -105,7 +105,8 @@ func (s *Server) processes(w http.ResponseWriter) (ProcessController, bool) {
 	return pc, ok
 }
 
-// startBackgroundSlot starts a background process holding an exec slot for the start only.
+// startBackgroundSlot starts a background process holding an exec slot and callOverhead of memory for the start
+// only.
 func (s *Server) startBackgroundSlot(w http.ResponseWriter, r *http.Request, p auth.Principal, sb *airlockv1.Sandbox, req *ExecRequest) {
 	release, e := s.acquireExec(p)
 	if e != nil {
@@ -113,12 +114,19 @@ func (s *Server) startBackgroundSlot(w http.ResponseWriter, r *http.Request, p a
 		return
 	}
 	defer release()
+	mem, e := s.reserve(p, callOverhead)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	defer mem.release()
 	defer s.opts.Activity.Begin(sb.Namespace, sb.Name)() // later, RenewBackground renews while it runs
-	s.startBackground(w, r, p, sb, req)
+	s.startBackground(w, r, p, sb, req, mem)
 }
 
-// startBackground answers an exec with "background": true: 202 once the command runs in the sandbox.
-func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, p auth.Principal, sb *airlockv1.Sandbox, req *ExecRequest) {
+// startBackground answers an exec with "background": true: 202 once the command runs in the sandbox. mem, which
+// holds callOverhead, counts the reply to stdin given at start before it is read.
+func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, p auth.Principal, sb *airlockv1.Sandbox, req *ExecRequest, mem *reservation) {
 	pc, ok := s.processes(w)
 	if !ok {
 		return
@@ -139,7 +147,9 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, p auth.
 	s.audit(sb, reasonExec, "Exec", "background process %s started by key %s", info.ID, p.KeyID)
 	if req.Stdin != nil && *req.Stdin != "" {
 		// Given at start: written now, stdin stays open for more.
-		if _, err := pc.Control(r.Context(), s.target(sb), runwrap.Request{Op: runwrap.OpStdin, Config: runwrap.Config{ID: info.ID}, Data: []byte(*req.Stdin)}); err != nil {
+		in := runwrap.Request{Op: runwrap.OpStdin, Config: runwrap.Config{ID: info.ID}, Data: []byte(*req.Stdin),
+			ReserveReply: func(n int) error { return asError(mem.resize(callOverhead + replyCost(n))) }}
+		if _, err := pc.Control(r.Context(), s.target(sb), in); err != nil {
 			writeError(w, s.processError(err, sb.Namespace))
 			return
 		}
