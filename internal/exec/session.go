@@ -94,14 +94,12 @@ func (e *Engine) openSessionOnce(ctx context.Context, target *Request) (*session
 	cc, err := pid1link.Dial(hctx, ours, pin)
 	hcancel()
 	if err != nil {
-		select {
-		case <-s.done:
-		case <-time.After(closeWait):
-			cancel()
-			<-s.done
-		}
-		cancel()
+		_ = ours.Close()
+		ended := s.end()
 		s.proto = usedProtocol(e.opts.Protocol, &at)
+		if !ended {
+			return nil, fmt.Errorf("exec in %s/%s: %w: %w: %w (the exec did not end when cancelled)", target.Namespace, target.Pod, ErrNotStarted, errHandshake, err)
+		}
 		return nil, s.openError(target, err, &at)
 	}
 	s.proto = usedProtocol(e.opts.Protocol, &at)
@@ -138,10 +136,24 @@ func (s *session) usable() bool {
 // close ends the session and its exec.
 func (s *session) close() {
 	_ = s.SessionClient.Close()
+	s.end()
+}
+
+// end waits a moment for the exec to end on its own, then cancels it and waits as long again; false if it
+// still has not returned (client-go may not interrupt an upgrade a server never answers): execErr and stderr
+// must not be read then.
+func (s *session) end() bool {
 	select {
 	case <-s.done:
+		s.cancel()
+		return true
 	case <-time.After(closeWait):
 	}
 	s.cancel()
-	<-s.done
+	select {
+	case <-s.done:
+		return true
+	case <-time.After(closeWait):
+		return false
+	}
 }
