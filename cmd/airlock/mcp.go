@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"airlock.dev/airlock/internal/mcpserver"
-	"airlock.dev/airlock/pkg/client"
 )
 
 func newMCPCmd(g *gatewayFlags, s streams) *cobra.Command {
@@ -37,8 +36,9 @@ client's configuration.`,
 			log := stdr.New(stdLogger{s})
 			sessions := mcpserver.NewSessions(log)
 			defer sessions.Close() // the sandbox goes with the process
+			backend := mcpserver.ClientBackend(c)
 			srv := mcpserver.NewServer(mcpserver.Options{Sessions: sessions, Create: opts, Connection: true,
-				Client: func(context.Context, *mcp.CallToolRequest) (*client.Client, error) { return c, nil }})
+				Backend: func(context.Context, *mcp.CallToolRequest) (mcpserver.Backend, error) { return backend, nil }})
 			err = srv.Run(cmd.Context(), &mcp.StdioTransport{})
 			if err != nil && cmd.Context().Err() == nil {
 				return fmt.Errorf("mcp: %w", err)

@@ -71,6 +71,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
+// answer writes e if there is one, else v with status.
+func answer(w http.ResponseWriter, status int, v any, e *Error) {
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, status, v)
+}
+
 type errorEnvelope struct {
 	Error *Error `json:"error"`
 }

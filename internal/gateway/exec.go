@@ -67,7 +67,9 @@ func responseOf(res *exec.Result, err error) ExecResponse {
 	return r
 }
 
-func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+// handleExec answers POST /exec: a background process (processes.go), a streamed command (NDJSON) or a
+// whole result.
+func (s *Server) handleExec(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	id, e := sandboxID(r)
 	if e != nil {
 		writeError(w, e)
@@ -81,7 +83,35 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 	}
 	defer mem.release()
 	var req ExecRequest
-	if !s.readJSON(w, r, &req, func() *Error { return req.validate(s.opts.MaxExecTimeout.Milliseconds()) }) {
+	if !s.readJSON(w, r, &req, noValidation) {
+		return
+	}
+	if req.Background {
+		s.startBackgroundCall(w, r, p, id, &req)
+		return
+	}
+	// The server's write timeout is for ordinary calls; a command may run up to its own timeout.
+	hooks := deadlineHooks(w)
+	if wantsNDJSON(r) {
+		s.streamExec(w, r, p, id, &req, mem, hooks)
+		return
+	}
+	resp, e := s.runCommand(r.Context(), p, id, &req, mem, hooks)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	// A result with an error (the call was cut short) is still the best answer there is.
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_ = writeExecResult(w, *resp)
+}
+
+// startBackgroundCall starts req as a background process: 202 once it runs in the sandbox.
+func (s *Server) startBackgroundCall(w http.ResponseWriter, r *http.Request, p auth.Principal, id string, req *ExecRequest) {
+	if e := req.validate(s.opts.MaxExecTimeout.Milliseconds()); e != nil {
+		writeError(w, e)
 		return
 	}
 	sb, e := s.readySandbox(r.Context(), p, id)
@@ -89,59 +119,7 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, p auth.Prin
 		writeError(w, e)
 		return
 	}
-	if req.Background {
-		s.startBackgroundSlot(w, r, p, sb, &req)
-		return
-	}
-	release, e := s.acquireExec(p)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	defer release()
-	defer s.opts.Activity.Begin(sb.Namespace, sb.Name)()
-
-	xr := s.execRequest(r.Context(), sb, &req)
-	stdin := 0
-	if req.Stdin != nil {
-		stdin = len(*req.Stdin)
-	}
-	if e := mem.resize(execCost(xr.KeepBytes, stdin)); e != nil {
-		s.metrics.rejected.WithLabelValues(p.Tenant, e.Code).Inc()
-		writeError(w, e)
-		return
-	}
-	// The server's write timeout is for ordinary calls; a command may run up to its own timeout.
-	extendDeadlines(w, xr.Timeout+execDeadlineSlack)
-	if s.opts.LogCommands {
-		s.opts.Logger.Info("exec", "tenant", p.Tenant, "sandbox", id, "argv", xr.Argv, "shell", xr.Shell)
-	}
-	var res *exec.Result
-	var err error
-	mask := s.maskerFor(r.Context(), sb)
-	if wantsNDJSON(r) {
-		res, err = s.streamExec(w, r, xr, mask)
-	} else {
-		res, err = s.opts.Engine.Stream(r.Context(), xr, nil)
-		mask.result(res)
-		if res != nil {
-			// A result with an error (the call was cut short) is still the best answer there is.
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("X-Content-Type-Options", "nosniff")
-			w.WriteHeader(http.StatusOK)
-			_ = writeExecResult(w, responseOf(res, err))
-		} else {
-			writeError(w, s.execError(err, sb.Namespace))
-		}
-	}
-	if res != nil {
-		s.observeExec(p, res)
-		s.audit(sb, reasonExec, "Exec", "command by key %s ended: %s (exit %d) after %dms",
-			p.KeyID, res.Outcome, res.ExitCode, res.Duration.Milliseconds())
-	}
-	if err != nil && r.Context().Err() == nil {
-		s.opts.Logger.Error(err, "exec", "tenant", p.Tenant, "sandbox", id)
-	}
+	s.startBackgroundSlot(w, r, p, sb, req)
 }
 
 // execDeadlineSlack is added to a command's timeout for the response's write deadline: the engine's grace
@@ -157,6 +135,11 @@ func extendDeadlines(w http.ResponseWriter, d time.Duration) {
 	at := time.Now().Add(d)
 	_ = rc.SetReadDeadline(at)
 	_ = rc.SetWriteDeadline(at)
+}
+
+// deadlineHooks extend the connection's deadlines once a call is admitted, by as long as it may take.
+func deadlineHooks(w http.ResponseWriter) callHooks {
+	return callHooks{admitted: func(d time.Duration) { extendDeadlines(w, d) }}
 }
 
 // reserve takes n bytes of the memory budget for the caller, counting refusals.

@@ -7,17 +7,19 @@ package gateway
 //	     base64; the size comes first so that the answer has a Content-Length or a clean 413)
 //	PUT: realpath DIR (mkdir -p DIR first if it is missing)  then  dd of=DIR/.tmp-RANDOM  then
 //	     mv -f -T TMP DIR/NAME   (atomic rename)
+//	MCP read_file: realpath FILE  then  wc -c FILE  then  head -c N FILE   (only the start it shows)
 //
 // Neither direction holds the file: an upload streams the request body into dd's stdin, a download decodes
 // base64 from the exec stream straight into the response. A download that breaks after its first byte cannot
 // change its status any more; the connection is then cut, so the client sees fewer bytes than Content-Length
-// (an error in every HTTP client), never a short file that looks whole.
+// (or no last chunk, when masking leaves the length open: an error in every HTTP client), never a short file
+// that looks whole. The sandbox's scoped secrets are masked in what a download returns (masker.go).
 //
 // A relative path is relative to the working directory; an absolute one may be anywhere. The tools run as the
 // sandbox's user inside the sandbox, so a path reaches only what that user may read or write anyway:
 // confining it would protect nothing. The write stays symlink-safe: realpath resolves the directory, the data
 // goes to a new temporary file there, and rename(2) replaces a symlink at the name rather than following it.
-// The image needs GNU coreutils or BusyBox (realpath, mkdir, wc, base64, dd, mv with -T, rm).
+// The image needs GNU coreutils or BusyBox (realpath, mkdir, wc, base64, head, dd, mv with -T, rm).
 
 import (
 	"bytes"
@@ -116,63 +118,67 @@ func (s *Server) resolveReal(ctx context.Context, sb *airlockv1.Sandbox, p strin
 	return path.Clean(real), nil
 }
 
-// filePath resolves ?path= against the sandbox's working directory.
-func filePath(r *http.Request, root string) (string, *Error) {
+// pathQuery is the required ?path= of a file call.
+func pathQuery(r *http.Request) (string, *Error) {
 	q := r.URL.Query()
 	if !q.Has("path") {
 		return "", badField("path", "query parameter is required")
 	}
-	full, err := ResolvePath(root, q.Get("path"))
-	if err != nil {
-		return "", badField("path", "%v", err)
-	}
-	return full, nil
+	return q.Get("path"), nil
 }
 
 func (s *Server) tooLarge() *Error {
 	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: fmt.Sprintf("file is larger than the limit of %d bytes", s.opts.MaxFileBytes)}
 }
 
-func (s *Server) getFile(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	sb, full, release, e := s.fileCall(r, p)
+// handleGetFile answers a download. Once its first byte is out, a failure can only cut the connection.
+func (s *Server) handleGetFile(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	path, e := pathQuery(r)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	defer release()
-	extendDeadlines(w, 3*fileOpTimeout)
-	real, e := s.resolveReal(r.Context(), sb, full)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	size, e := s.fileSize(r.Context(), sb, full, real)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	// base64 of the size, plus line breaks every 76 characters.
-	b64 := (size+2)/3*4 + size/57 + 1
-	dec := &b64Response{w: w, size: size}
-	res, e := s.streamTool(r.Context(), sb, []string{"base64", real}, nil, b64, dec.write)
-	if e == nil && res.ExitCode != 0 {
-		e = toolFailure("read", full, res.Stderr)
-	}
-	if e == nil {
-		e = dec.finish()
-	}
+	mem, _ := s.reserve(p, 0) // the service sizes it
+	defer mem.release()
+	sink := &httpDownload{w: w}
+	e = s.downloadFile(r.Context(), p, r.PathValue("id"), path, mem, sink, deadlineHooks(w))
 	switch {
 	case e == nil:
-	case dec.written == 0 && !dec.started:
+	case !sink.started:
 		writeError(w, e)
 	default:
-		// Too late for a status: cut the connection so that the body is visibly short of its Content-Length.
-		s.opts.Logger.Error(e, "download broke after it started", "tenant", p.Tenant, "sandbox", sb.Name, "written", dec.written, "size", size)
+		// Too late for a status: cut the connection so that the body is visibly short.
+		s.opts.Logger.Error(e, "download broke after it started", "tenant", p.Tenant, "sandbox", r.PathValue("id"), "written", sink.written)
 		panic(http.ErrAbortHandler)
 	}
 }
 
-// fileSize runs wc -c on the resolved file: 413 over the limit, and the Content-Length otherwise.
+// httpDownload is a download's HTTP answer, started with its first byte.
+type httpDownload struct {
+	w       http.ResponseWriter
+	started bool
+	written int64
+}
+
+func (d *httpDownload) begin(size int64) {
+	d.started = true
+	d.w.Header().Set("Content-Type", "application/octet-stream")
+	if size >= 0 {
+		d.w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+	d.w.WriteHeader(http.StatusOK)
+}
+
+func (d *httpDownload) Write(b []byte) (int, error) {
+	n, err := d.w.Write(b)
+	d.written += int64(n)
+	if err != nil {
+		return n, fmt.Errorf("writing the response: %w", err)
+	}
+	return n, nil
+}
+
+// fileSize runs wc -c on the resolved file.
 func (s *Server) fileSize(ctx context.Context, sb *airlockv1.Sandbox, full, real string) (int64, *Error) {
 	tr, e := s.runTool(ctx, sb, []string{"wc", "-c", real}, nil, 2*maxPathLen+32)
 	if e != nil {
@@ -189,26 +195,24 @@ func (s *Server) fileSize(ctx context.Context, sb *airlockv1.Sandbox, full, real
 	if err != nil || n < 0 {
 		return 0, &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: "unexpected wc output in the sandbox"}
 	}
-	if n > s.opts.MaxFileBytes {
-		return 0, s.tooLarge()
-	}
 	return n, nil
 }
 
-// b64Response decodes base64 (with line breaks) as it arrives and writes the bytes to the response, which it
-// starts on the first of them with the size as Content-Length.
-type b64Response struct {
-	w       http.ResponseWriter
+// b64Decoder decodes base64 (with line breaks) as it arrives and writes the bytes to out, calling begin once
+// before the first of them; they must add up to size.
+type b64Decoder struct {
+	out     io.Writer
+	begin   func()
+	begun   bool
 	size    int64
 	written int64
-	started bool
 	pending []byte // base64 characters not yet decoded (fewer than 4 after each write)
-	out     []byte
+	buf     []byte
 }
 
 var errFileChanged = errors.New("the file changed size during the download")
 
-func (d *b64Response) write(b []byte) error {
+func (d *b64Decoder) write(b []byte) error {
 	for _, c := range b {
 		if c != '\n' && c != '\r' {
 			d.pending = append(d.pending, c)
@@ -218,39 +222,34 @@ func (d *b64Response) write(b []byte) error {
 	if n == 0 {
 		return nil
 	}
-	d.out = slices.Grow(d.out[:0], base64.StdEncoding.DecodedLen(n))[:base64.StdEncoding.DecodedLen(n)]
-	m, err := base64.StdEncoding.Decode(d.out, d.pending[:n])
+	d.buf = slices.Grow(d.buf[:0], base64.StdEncoding.DecodedLen(n))[:base64.StdEncoding.DecodedLen(n)]
+	m, err := base64.StdEncoding.Decode(d.buf, d.pending[:n])
 	if err != nil {
 		return fmt.Errorf("file transfer was corrupted: %w", err)
 	}
 	d.pending = append(d.pending[:0], d.pending[n:]...)
-	return d.emit(d.out[:m])
+	return d.emit(d.buf[:m])
 }
 
-func (d *b64Response) emit(b []byte) error {
+func (d *b64Decoder) emit(b []byte) error {
 	if d.written+int64(len(b)) > d.size {
 		return errFileChanged
 	}
 	d.start()
-	n, err := d.w.Write(b)
-	d.written += int64(n)
-	if err != nil {
-		return fmt.Errorf("writing the response: %w", err)
-	}
-	return nil
+	d.written += int64(len(b))
+	_, err := d.out.Write(b)
+	return err
 }
 
-func (d *b64Response) start() {
-	if !d.started {
-		d.started = true
-		d.w.Header().Set("Content-Type", "application/octet-stream")
-		d.w.Header().Set("Content-Length", strconv.FormatInt(d.size, 10))
-		d.w.WriteHeader(http.StatusOK)
+func (d *b64Decoder) start() {
+	if !d.begun {
+		d.begun = true
+		d.begin()
 	}
 }
 
-// finish checks that the whole file arrived (an empty file answers here).
-func (d *b64Response) finish() *Error {
+// finish checks that the whole file arrived (an empty file begins here).
+func (d *b64Decoder) finish() *Error {
 	switch {
 	case len(d.pending) != 0:
 		return &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: "file transfer was corrupted"}
@@ -278,54 +277,53 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	// The slot and the memory come first: a body is read only by a call that may run.
-	sb, full, release, e := s.fileCall(r, p)
+func (s *Server) handlePutFile(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	path, e := pathQuery(r)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	defer release()
-	if r.ContentLength > s.opts.MaxFileBytes {
-		writeError(w, s.tooLarge())
-		return
-	}
-	// The server's read timeout is for ordinary bodies; an upload may take as long as the transfer may.
-	extendDeadlines(w, 2*fileOpTimeout)
+	mem, _ := s.reserve(p, 0) // the service sizes it
+	defer mem.release()
+	body := http.MaxBytesReader(w, r.Body, s.opts.MaxFileBytes)
+	out, e := s.writeFile(r.Context(), p, r.PathValue("id"), path, body, r.ContentLength, mem, deadlineHooks(w))
+	answer(w, http.StatusOK, out, e)
+}
+
+// upload writes body to full: into a new temporary file next to it, then renamed over it. It returns the bytes
+// written.
+func (s *Server) upload(ctx context.Context, sb *airlockv1.Sandbox, full string, body io.Reader) (int64, *Error) {
 	if full == path.Clean(workingDir(sb)) || full == "/" {
-		writeError(w, badField("path", "names a directory; give a file path"))
-		return
+		return 0, badField("path", "names a directory; give a file path")
 	}
 	dir, name := path.Split(full)
-	realDir, e := s.uploadDir(r.Context(), sb, path.Clean(dir))
+	realDir, e := s.uploadDir(ctx, sb, path.Clean(dir))
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, e
 	}
 	tmp := path.Join(realDir, ".airlock-upload-"+randomHex())
-	body := &countingReader{r: http.MaxBytesReader(w, r.Body, s.opts.MaxFileBytes)}
-	tr, e := s.runTool(r.Context(), sb, []string{"dd", "of=" + tmp, "bs=65536"}, body, 1024)
-	if body.err != nil {
-		e = uploadError(body.err)
+	in := &countingReader{r: body}
+	tr, e := s.runTool(ctx, sb, []string{"dd", "of=" + tmp, "bs=65536"}, in, 1024)
+	if in.err != nil {
+		e = uploadError(in.err)
 	}
 	if e == nil && tr.exitCode != 0 {
 		e = toolFailure("write", full, tr.stderr)
 	}
 	if e == nil {
-		tr, e = s.runTool(r.Context(), sb, []string{"mv", "-f", "-T", tmp, path.Join(realDir, name)}, nil, 1024)
+		tr, e = s.runTool(ctx, sb, []string{"mv", "-f", "-T", tmp, path.Join(realDir, name)}, nil, 1024)
 		if e == nil && tr.exitCode != 0 {
 			e = toolFailure("replace", full, tr.stderr)
 		}
 	}
 	if e != nil {
 		// Best effort: do not leave the temporary file behind. Detached from the request, which may be gone.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_, _ = s.runTool(ctx, sb, []string{"rm", "-f", tmp}, nil, 1024)
-		writeError(w, e)
-		return
+		return 0, e
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"path": full, "bytes": body.n})
+	return in.n, nil
 }
 
 // uploadDir resolves the directory an upload goes to, creating it (and its parents) if it is missing.
@@ -352,34 +350,6 @@ func uploadError(err error) *Error {
 		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: fmt.Sprintf("file is larger than the limit of %d bytes", mbe.Limit)}
 	}
 	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: "body: the upload did not arrive whole: " + err.Error() + "; nothing was written"}
-}
-
-// fileCall does what GET and PUT share: the ready sandbox, the resolved path, a concurrency slot and the
-// transfer's memory.
-func (s *Server) fileCall(r *http.Request, p auth.Principal) (*airlockv1.Sandbox, string, func(), *Error) {
-	id, e := sandboxID(r)
-	if e != nil {
-		return nil, "", nil, e
-	}
-	sb, e := s.readySandbox(r.Context(), p, id)
-	if e != nil {
-		return nil, "", nil, e
-	}
-	full, e := filePath(r, workingDir(sb))
-	if e != nil {
-		return nil, "", nil, e
-	}
-	release, e := s.acquireExec(p)
-	if e != nil {
-		return nil, "", nil, e
-	}
-	mem, e := s.reserve(p, callOverhead+fileChunk)
-	if e != nil {
-		release()
-		return nil, "", nil, e
-	}
-	busy := s.opts.Activity.Begin(sb.Namespace, sb.Name)
-	return sb, full, func() { busy(); mem.release(); release() }, nil
 }
 
 // toolFailure maps a failed helper's stderr to a status.

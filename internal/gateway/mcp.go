@@ -1,13 +1,10 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
@@ -21,42 +18,79 @@ import (
 // DefaultMCPSessionTimeout is how long an MCP session may be idle before it ends (and its sandbox is deleted).
 const DefaultMCPSessionTimeout = 30 * time.Minute
 
-// mcpHandler serves the Model Context Protocol at /mcp (docs/mcp.md). The tools call this server's own REST
-// handler in process with the caller's key, so that auth, tenancy, quotas, rate and body limits, audit and
-// activity are exactly the REST API's.
+// mcpHandler serves the Model Context Protocol at /mcp (docs/mcp.md). The tools call the service layer as
+// the caller (mcpbackend.go), so that tenancy, quotas, rates, exec slots, the memory budget, audit, activity and
+// masking are exactly the REST API's. Every POST holds the memory of its request and of its results until its
+// answer is written (mcpcalls.go); sessions are bounded per tenant and in all (mcpsessions.go).
 func (s *Server) mcpHandler() http.Handler {
 	s.mcpSessions = mcpserver.NewSessions(s.opts.Logger.WithName("mcp"))
-	clientFor := func(_ context.Context, req *mcp.CallToolRequest) (*client.Client, error) {
-		key, ok := strings.CutPrefix(req.Extra.Header.Get("Authorization"), "Bearer ")
-		if !ok {
-			return nil, errors.New("the call carries no bearer key")
-		}
-		return client.New(client.Options{BaseURL: "http://gateway.in-process", APIKey: strings.TrimSpace(key),
-			HTTPClient: &http.Client{Transport: inProcess{s}}, MaxRetries: 2})
-	}
-	shared := mcpserver.NewServer(mcpserver.Options{Client: clientFor, Sessions: s.mcpSessions})
+	s.mcpCalls = newMCPCalls()
+	s.mcpSlots = newMCPSessionSlots(s.opts.MaxMCPSessionsPerTenant, s.opts.MaxMCPSessions)
+	shared := mcpserver.NewServer(mcpserver.Options{Backend: s.mcpBackend, Sessions: s.mcpSessions})
 	h := mcpserver.NewHTTPHandler(func(r *http.Request) *mcp.Server {
+		if srv := sessionServerFrom(r.Context()); srv != nil {
+			return srv // a new session's, made by serveMCP
+		}
 		if r.Header.Get("Mcp-Session-Id") != "" {
 			return shared // an existing session has its server already; this one only answers the version check
 		}
-		// A new session: its sandbox is made as the query asks (?template=&size=&network=).
-		q := r.URL.Query()
-		return mcpserver.NewServer(mcpserver.Options{Client: clientFor, Sessions: s.mcpSessions,
-			Create: client.CreateOptions{Template: q.Get("template"), Size: q.Get("size"), Network: q.Get("network")}})
+		return s.newMCPServer(r) // sessionless: one per request
 	}, mcp.StreamableHTTPOptions{
 		SessionTimeout: s.opts.MCPSessionTimeout,
-		// A call's payload (write_file's content) is held to the REST limits by the call it makes; this only
-		// bounds the envelope.
-		MaxRequestBodyBytes: s.opts.MaxFileBytes + s.opts.MaxBodyBytes,
+		// A request is held in memory several times over as the SDK decodes it (mcpBodyCopies): write_file's
+		// content is bounded like a JSON body, not like an upload (PUT /files takes large files).
+		MaxRequestBodyBytes: s.opts.MaxBodyBytes,
 	})
-	authed := mcpauth.RequireBearerToken(s.verifyMCPKey, &mcpauth.RequireBearerTokenOptions{
+	return mcpauth.RequireBearerToken(s.verifyMCPKey, &mcpauth.RequireBearerTokenOptions{
 		AllowMissingExpiration: true, // API keys do not expire; they are revoked
-	})(h)
+	})(s.serveMCP(h))
+}
+
+// newMCPServer is the MCP server of a new session or a sessionless request: its sandbox is made as the URL's
+// query asks (?template=&size=&network=).
+func (s *Server) newMCPServer(r *http.Request) *mcp.Server {
+	q := r.URL.Query()
+	return mcpserver.NewServer(mcpserver.Options{Backend: s.mcpBackend, Sessions: s.mcpSessions,
+		Create: client.CreateOptions{Template: q.Get("template"), Size: q.Get("size"), Network: q.Get("network")}})
+}
+
+// serveMCP runs after authentication: only an authenticated caller's connection outlives the server's
+// timeouts, holds memory or opens a session.
+func (s *Server) serveMCP(next http.Handler) http.Handler {
 	// A tool call may run a command as long as an exec may; a session's GET stream lasts the session.
 	longest := max(s.opts.MaxExecTimeout, s.opts.MCPSessionTimeout) + execDeadlineSlack
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := mcpPrincipal(mcpauth.TokenInfoFromContext(r.Context()))
+		if err != nil {
+			writeError(w, &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error", cause: err})
+			return
+		}
 		extendDeadlines(w, longest)
-		authed.ServeHTTP(w, r)
+		r.Header.Del(mcpCallHeader) // only the gateway names a call
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		call, e := s.beginMCPCall(p, r)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		defer call.end()
+		r.Header.Set(mcpCallHeader, call.token)
+		if r.Header.Get("Mcp-Session-Id") != "" || mcpserver.Sessionless(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// No session yet, and not sessionless: this request opens one.
+		release, e := s.openMCPSession(p)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		srv := s.newMCPServer(r)
+		next.ServeHTTP(w, r.WithContext(withSessionServer(r.Context(), srv)))
+		holdWhileLive(srv, release)
 	})
 }
 
@@ -78,6 +112,18 @@ func (s *Server) verifyMCPKey(ctx context.Context, key string, _ *http.Request) 
 	return &mcpauth.TokenInfo{UserID: p.KeyID, Extra: map[string]any{"tenant": p.Tenant}}, nil
 }
 
+// mcpPrincipal is the caller verifyMCPKey authenticated.
+func mcpPrincipal(ti *mcpauth.TokenInfo) (auth.Principal, error) {
+	if ti == nil {
+		return auth.Principal{}, errors.New("an MCP request without the caller's token info")
+	}
+	tenant, _ := ti.Extra["tenant"].(string)
+	if ti.UserID == "" || tenant == "" {
+		return auth.Principal{}, errors.New("an MCP request's token info names no key or tenant")
+	}
+	return auth.Principal{KeyID: ti.UserID, Tenant: tenant}, nil
+}
+
 // CloseMCPSessions ends this replica's MCP sessions and deletes their sandboxes; on shutdown, as the
 // sessions live in this process and die with it.
 func (s *Server) CloseMCPSessions() {
@@ -85,43 +131,3 @@ func (s *Server) CloseMCPSessions() {
 		s.mcpSessions.Close()
 	}
 }
-
-// inProcess is an http.RoundTripper that serves requests with the gateway's own handler. The tools' calls
-// are small or bounded by the REST limits, so the answer is buffered.
-type inProcess struct{ s *Server }
-
-func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
-	w := &bufferedResponse{header: http.Header{}}
-	t.s.handler.ServeHTTP(w, r)
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return &http.Response{
-		StatusCode: w.status, Status: fmt.Sprintf("%d %s", w.status, http.StatusText(w.status)),
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: w.header, Body: io.NopCloser(&w.body), ContentLength: int64(w.body.Len()), Request: r,
-	}, nil
-}
-
-// bufferedResponse is the http.ResponseWriter of an in-process call.
-type bufferedResponse struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (w *bufferedResponse) Header() http.Header { return w.header }
-
-func (w *bufferedResponse) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-}
-
-func (w *bufferedResponse) Write(b []byte) (int, error) {
-	w.WriteHeader(http.StatusOK)
-	return w.body.Write(b)
-}
-
-// Flush is a no-op: the whole answer is read after the handler returns.
-func (w *bufferedResponse) Flush() {}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/gateway/auth"
 )
 
 const ndjsonType = "application/x-ndjson"
@@ -80,32 +80,22 @@ func (n *ndjsonWriter) result(resp ExecResponse) error {
 }
 
 // streamExec runs the command, writing output lines as they come and the result last. An error after the
-// first line becomes a final {"error": ...} line, unless there is a (partial) result to end with.
-func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, xr exec.Request, mask *masker) (*exec.Result, error) {
+// first line becomes a final {"error": ...} line; a result cut short is still the last line.
+func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, p auth.Principal, id string, req *ExecRequest, mem *reservation, hooks callHooks) {
 	nw := newNDJSONWriter(w)
 	nw.enc.SetEscapeHTML(false)
-	send := func(cs []exec.Chunk) error {
-		for _, c := range cs {
-			if err := nw.line(ChunkLine{Stream: c.Stream, Data: c.Data}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	res, err := s.opts.Engine.Stream(r.Context(), xr, func(c exec.Chunk) error { return send(mask.chunk(c)) })
-	_ = send(mask.flush())
-	mask.result(res)
+	hooks.chunk = func(c ChunkLine) error { return nw.line(c) }
+	resp, e := s.runCommand(r.Context(), p, id, req, mem, hooks)
 	switch {
-	case res != nil && r.Context().Err() == nil:
-		_ = nw.result(responseOf(res, err))
 	case r.Context().Err() != nil:
 		// The client left; nobody to tell.
+	case e == nil:
+		_ = nw.result(*resp)
 	case !nw.started:
-		writeError(w, s.execError(err, xr.Namespace))
+		writeError(w, e)
 	default:
-		_ = nw.line(errorEnvelope{s.execError(err, xr.Namespace)})
+		_ = nw.line(errorEnvelope{e})
 	}
-	return res, err
 }
 
 // writeExecResult writes resp as a JSON line without building it whole: stdout and stderr go out in pieces,

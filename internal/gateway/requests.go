@@ -95,6 +95,9 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, validat
 	return true
 }
 
+// noValidation is readJSON's validate for a request the service layer validates itself.
+func noValidation() *Error { return nil }
+
 // decodeJSON reads one JSON object strictly: unknown fields are errors that name the field, trailing data is an
 // error.
 func decodeJSON(r *http.Request, v any) *Error {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,69 +21,32 @@ import (
 	"airlock.dev/airlock/internal/sandbox"
 )
 
-func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+// The REST handlers of sandboxes; service_sandboxes.go does the work.
+
+func (s *Server) handleCreateSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	var req CreateRequest
-	if !s.readJSON(w, r, &req, req.validate) {
+	if !s.readJSON(w, r, &req, noValidation) {
 		return
 	}
-	if ok, retry := s.creates.allow(p.KeyID); !ok {
-		s.metrics.rejected.WithLabelValues(p.Tenant, CodeRateLimited).Inc()
-		w.Header().Set("Retry-After", strconv.Itoa(int(retry/time.Second)+1))
-		writeError(w, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
-			Message: fmt.Sprintf("too many sandbox creations for this key: at most %g per second (burst %d)", s.opts.CreateRate, s.opts.CreateBurst)})
-		return
-	}
-	ctx := r.Context()
-	tmpl := req.Template
-	if tmpl == "" {
-		tmpl = s.opts.DefaultTemplate
-	}
-	var t airlockv1.SandboxTemplate
-	if err := s.getTemplate(ctx, types.NamespacedName{Namespace: p.Tenant, Name: tmpl}, &t); err != nil {
-		if apierrors.IsNotFound(err) {
-			writeError(w, badField("template", "no template %q is available to this tenant", tmpl))
-			return
-		}
-		writeError(w, fromKube(err, "template"))
-		return
-	}
-	if e := checkIdleTimeout(&req, &t); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := checkAllow(&req, &t); e != nil {
-		writeError(w, e)
-		return
-	}
-	sb, e := buildSandbox(&req, p, tmpl)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	sb.Spec.PoolRef = s.poolFor(ctx, &t, sb)
-	if e := validateSecrets(&req); e != nil {
-		writeError(w, e)
-		return
-	}
-	markSecrets(sb, req.Secrets)
-	if err := s.opts.Client.Create(ctx, sb); err != nil {
-		e := fromKube(err, "sandbox")
-		if e.Code == CodeQuotaExceeded {
-			s.metrics.rejected.WithLabelValues(p.Tenant, CodeQuotaExceeded).Inc()
-		}
-		writeError(w, e)
-		return
-	}
-	if e := s.storeSecrets(ctx, sb, req.Secrets); e != nil {
-		_ = s.opts.Client.Delete(ctx, sb) // useless without its secrets
-		writeError(w, e)
-		return
-	}
-	s.audit(sb, reasonCreated, "Create", "created through the gateway by key %s", p.KeyID)
-	if req.Wait == nil || *req.Wait {
-		sb = s.waitReady(ctx, sb)
-	}
-	writeJSON(w, http.StatusCreated, viewOf(sb, time.Now()))
+	v, e := s.createSandbox(r.Context(), p, &req)
+	answer(w, http.StatusCreated, v, e)
+}
+
+func (s *Server) handleListSandboxes(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	list, e := s.listSandboxes(r.Context(), p)
+	answer(w, http.StatusOK, struct {
+		Sandboxes []SandboxView `json:"sandboxes"`
+	}{list}, e)
+}
+
+func (s *Server) handleGetSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	v, e := s.getSandbox(r.Context(), p, r.PathValue("id"))
+	answer(w, http.StatusOK, v, e)
+}
+
+func (s *Server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	v, e := s.deleteSandbox(r.Context(), p, r.PathValue("id"))
+	answer(w, http.StatusOK, v, e)
 }
 
 func buildSandbox(req *CreateRequest, p auth.Principal, tmpl string) (*airlockv1.Sandbox, *Error) {
@@ -188,35 +150,18 @@ func (s *Server) waitReady(ctx context.Context, sb *airlockv1.Sandbox) *airlockv
 	}
 }
 
-func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	var list airlockv1.SandboxList
-	if err := s.opts.Client.List(r.Context(), &list, client.InNamespace(p.Tenant)); err != nil {
-		writeError(w, fromKube(err, "sandboxes"))
-		return
-	}
-	slices.SortFunc(list.Items, func(a, b airlockv1.Sandbox) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	now := time.Now()
-	out := struct {
-		Sandboxes []SandboxView `json:"sandboxes"`
-	}{Sandboxes: make([]SandboxView, 0, len(list.Items))}
-	for i := range list.Items {
-		out.Sandboxes = append(out.Sandboxes, viewOf(&list.Items[i], now))
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// sandboxID reads and checks {id}. A malformed id cannot name a sandbox: 404 like any missing one.
+// sandboxID reads and checks {id}.
 func sandboxID(r *http.Request) (string, *Error) {
 	id := r.PathValue("id")
+	return id, checkSandboxID(id)
+}
+
+// checkSandboxID refuses what cannot name a sandbox: 404 like any missing one.
+func checkSandboxID(id string) *Error {
 	if len(validation.IsDNS1123Subdomain(id)) > 0 || len(id) > 63 {
-		return "", notFound("sandbox " + strconv.Quote(id))
+		return notFound("sandbox " + strconv.Quote(id))
 	}
-	return id, nil
+	return nil
 }
 
 // lookup fetches the caller's sandbox from reader; only the tenant's namespace is ever read, so another
@@ -236,42 +181,13 @@ func (s *Server) lookup(ctx context.Context, reader client.Reader, p auth.Princi
 
 // sandboxFromPath resolves the {id} of the request to the caller's sandbox, answering the error itself.
 func (s *Server) sandboxFromPath(w http.ResponseWriter, r *http.Request, p auth.Principal) (*airlockv1.Sandbox, string, bool) {
-	id, e := sandboxID(r)
-	if e == nil {
-		var sb *airlockv1.Sandbox
-		if sb, e = s.lookup(r.Context(), s.opts.Client, p, id); e == nil {
-			return sb, id, true
-		}
+	id := r.PathValue("id")
+	sb, e := s.sandboxByID(r.Context(), p, id)
+	if e != nil {
+		writeError(w, e)
+		return nil, id, false
 	}
-	writeError(w, e)
-	return nil, id, false
-}
-
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	if sb, _, ok := s.sandboxFromPath(w, r, p); ok {
-		writeJSON(w, http.StatusOK, viewOf(sb, time.Now()))
-	}
-}
-
-// deleteSandbox deletes in the background and answers 200 with the sandbox as it was, status terminating.
-// Repeating it while the sandbox is terminating answers the same; once it is gone the answer is 404.
-func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	sb, id, ok := s.sandboxFromPath(w, r, p)
-	if !ok {
-		return
-	}
-	if sb.DeletionTimestamp == nil {
-		err := s.opts.Client.Delete(r.Context(), sb, client.PropagationPolicy(metav1.DeletePropagationBackground),
-			client.Preconditions{UID: &sb.UID})
-		if err != nil && !apierrors.IsNotFound(err) {
-			writeError(w, fromKube(err, "sandbox "+strconv.Quote(id)))
-			return
-		}
-		now := metav1.Now()
-		sb.DeletionTimestamp = &now
-		s.audit(sb, reasonDeleted, "Delete", "deleted through the gateway by key %s", p.KeyID)
-	}
-	writeJSON(w, http.StatusOK, viewOf(sb, time.Now()))
+	return sb, id, true
 }
 
 // extendTimeout raises spec.timeout (lifetime from creation). The sandbox's cap is status.maxTimeout; the API

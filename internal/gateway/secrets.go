@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -18,14 +17,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
 // Scoped secrets are values for one sandbox's task (a git token, say), given at create. They are never in the
 // pod spec (so a warm pool member can take them) nor in the Sandbox: the gateway keeps them in an immutable
 // Secret owned by the Sandbox, which the garbage collector deletes with it, injects them into the environment
-// of every command it runs there, and masks them where they appear verbatim in the output it returns.
+// of every command it runs there, and masks them wherever sandbox-derived bytes leave the gateway (masker.go).
 
 // AnnotationSecrets lists, comma-separated, the names of a sandbox's scoped secrets: a command must not run
 // without them.
@@ -163,157 +161,4 @@ func (s *Server) execEnv(ctx context.Context, sb *airlockv1.Sandbox, req map[str
 		out[k] = v
 	}
 	return out
-}
-
-// masker replaces a sandbox's secret values in a command's output with [masked:NAME]. For streamed output it
-// holds back, per stream, the bytes that could be the start of a value split across chunks.
-type masker struct {
-	names, values []string
-	hold          int
-	pending       map[string]string
-}
-
-// maskerFor is the sandbox's masker, nil (no masking) when it has no secrets.
-func (s *Server) maskerFor(ctx context.Context, sb *airlockv1.Sandbox) *masker {
-	secrets, _ := s.sandboxSecrets(ctx, sb)
-	m := &masker{pending: map[string]string{}}
-	for _, k := range sortedKeys(secrets) {
-		if v := secrets[k]; len(v) >= minMaskedSecret {
-			m.names, m.values = append(m.names, k), append(m.values, v)
-			m.hold = max(m.hold, len(v)-1)
-		}
-	}
-	if len(m.values) == 0 {
-		return nil
-	}
-	return m
-}
-
-func (m *masker) mask(s string) string {
-	for i, v := range m.values {
-		s = strings.ReplaceAll(s, v, "[masked:"+m.names[i]+"]")
-	}
-	return s
-}
-
-// result masks a finished command's inline output.
-func (m *masker) result(res *exec.Result) {
-	if m == nil || res == nil {
-		return
-	}
-	res.Stdout, res.Stderr = m.mask(res.Stdout), m.mask(res.Stderr)
-}
-
-// chunk returns what of a streamed chunk may be sent now, masked; the rest waits for the next chunk or flush.
-func (m *masker) chunk(c exec.Chunk) []exec.Chunk {
-	if m == nil {
-		return []exec.Chunk{c}
-	}
-	buf := m.pending[c.Stream] + c.Data
-	cut := max(len(buf)-m.hold, 0)
-	// No value may straddle the cut: move it to the start of any that would, until none does.
-	for moved := true; moved; {
-		moved = false
-		for _, v := range m.values {
-			for i := max(cut-len(v)+1, 0); i < cut; i++ {
-				if strings.HasPrefix(buf[i:], v) {
-					cut, moved = i, true
-					break
-				}
-			}
-		}
-	}
-	for cut > 0 && cut < len(buf) && !utf8.RuneStart(buf[cut]) {
-		cut--
-	}
-	m.pending[c.Stream] = buf[cut:]
-	if cut == 0 {
-		return nil
-	}
-	return []exec.Chunk{{Stream: c.Stream, Data: m.mask(buf[:cut])}}
-}
-
-// flush returns the held-back output, masked, at the end of the command.
-func (m *masker) flush() []exec.Chunk {
-	if m == nil {
-		return nil
-	}
-	var out []exec.Chunk
-	for _, stream := range []string{"stdout", "stderr"} {
-		if p := m.pending[stream]; p != "" {
-			out = append(out, exec.Chunk{Stream: stream, Data: m.mask(p)})
-			delete(m.pending, stream)
-		}
-	}
-	return out
-}
-
-// runeStartBefore is where the character that win[pos-1] belongs to starts (pos when win[pos-1] is invalid).
-func runeStartBefore(win []byte, pos int) int {
-	for i := pos - 1; i >= max(pos-utf8.UTFMax, 0); i-- {
-		if utf8.RuneStart(win[i]) {
-			return i
-		}
-	}
-	return pos
-}
-
-// window masks one read of a background process's output file. win holds the file's bytes around the asked
-// range win[start:end], up to m.hold bytes either side where the file has them. A value crossing start is
-// shown masked, one crossing end is taken whole, and when more may still be written (more), a possible start
-// of a value at the end of win is left for a later read: no read, at any offset or size, shows part of a
-// value. It returns the text and the index in win where the next read starts.
-func (m *masker) window(win []byte, start, end int, more bool) (string, int) {
-	var b strings.Builder
-	pos := start
-	for i := max(start-m.hold, 0); i < start; i++ {
-		if k := m.matchAt(win, i); k >= 0 && i+len(m.values[k]) > start {
-			b.WriteString("[masked:" + m.names[k] + "]")
-			pos = i + len(m.values[k])
-			break
-		}
-	}
-	seg := pos
-	for pos < end {
-		if k := m.matchAt(win, pos); k >= 0 {
-			b.WriteString(strings.ToValidUTF8(string(win[seg:pos]), "\uFFFD"))
-			b.WriteString("[masked:" + m.names[k] + "]")
-			pos += len(m.values[k])
-			seg = pos
-			continue
-		}
-		if more && m.unfinishedAt(win, pos) {
-			break
-		}
-		pos++
-	}
-	// A character cut at the end is taken whole when win holds the rest, so that even 1-byte reads move on.
-	if r := runeStartBefore(win, pos); r >= seg && r < pos && utf8.FullRune(win[r:]) {
-		_, size := utf8.DecodeRune(win[r:])
-		pos = r + size
-	}
-	text, n := textOf(win[seg:pos], more || pos < len(win))
-	b.WriteString(text)
-	return b.String(), seg + n
-}
-
-// matchAt is the index of the longest value at win[i:], or -1.
-func (m *masker) matchAt(win []byte, i int) int {
-	k := -1
-	for j, v := range m.values {
-		if bytes.HasPrefix(win[i:], []byte(v)) && (k < 0 || len(v) > len(m.values[k])) {
-			k = j
-		}
-	}
-	return k
-}
-
-// unfinishedAt says whether win[i:] is the start of a value that win cuts short.
-func (m *masker) unfinishedAt(win []byte, i int) bool {
-	for _, v := range m.values {
-		if len(win)-i < len(v) && strings.HasPrefix(v, string(win[i:])) {
-			return true
-		}
-	}
-	return false
 }

@@ -74,6 +74,10 @@ type Options struct {
 	LogCommands bool
 	// MCPSessionTimeout ends an MCP session idle that long, deleting its sandbox (default 30m).
 	MCPSessionTimeout time.Duration
+	// MaxMCPSessionsPerTenant and MaxMCPSessions bound the MCP sessions open on this replica, per tenant and
+	// over all tenants (defaults 64 and 1024; < 0 disables): over them, initialize gets 429.
+	MaxMCPSessionsPerTenant int
+	MaxMCPSessions          int
 }
 
 // Server is the gateway's HTTP API.
@@ -84,8 +88,11 @@ type Server struct {
 	execs   *execSlots
 	memory  *byteBudget
 	handler http.Handler
-	// mcpSessions are the MCP sessions of this replica and their sandboxes (mcp.go).
+	// mcpSessions are the MCP sessions of this replica and their sandboxes (mcp.go), mcpSlots their bounds
+	// (mcpsessions.go), mcpCalls the /mcp POSTs in flight (mcpcalls.go).
 	mcpSessions *mcpserver.Sessions
+	mcpSlots    *mcpSessionSlots
+	mcpCalls    *mcpCalls
 	// secrets caches sandboxes' scoped secrets (secrets.go).
 	secrets secretCache
 }
@@ -118,6 +125,12 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxExecsPerTenant == 0 {
 		opts.MaxExecsPerTenant = 20
+	}
+	if opts.MaxMCPSessionsPerTenant == 0 {
+		opts.MaxMCPSessionsPerTenant = DefaultMaxMCPSessionsPerTenant
+	}
+	if opts.MaxMCPSessions == 0 {
+		opts.MaxMCPSessions = DefaultMaxMCPSessions
 	}
 	if opts.MaxExecStreams == 0 {
 		opts.MaxExecStreams = DefaultMaxExecStreams
@@ -175,19 +188,19 @@ func (s *Server) routes() http.Handler {
 	authed := func(h func(http.ResponseWriter, *http.Request, auth.Principal)) http.Handler {
 		return s.authenticate(h)
 	}
-	mux.Handle("POST /v1/sandboxes", authed(s.createSandbox))
-	mux.Handle("GET /v1/sandboxes", authed(s.listSandboxes))
-	mux.Handle("GET /v1/sandboxes/{id}", authed(s.getSandbox))
-	mux.Handle("DELETE /v1/sandboxes/{id}", authed(s.deleteSandbox))
+	mux.Handle("POST /v1/sandboxes", authed(s.handleCreateSandbox))
+	mux.Handle("GET /v1/sandboxes", authed(s.handleListSandboxes))
+	mux.Handle("GET /v1/sandboxes/{id}", authed(s.handleGetSandbox))
+	mux.Handle("DELETE /v1/sandboxes/{id}", authed(s.handleDeleteSandbox))
 	mux.Handle("POST /v1/sandboxes/{id}/timeout", authed(s.extendTimeout))
-	mux.Handle("POST /v1/sandboxes/{id}/exec", authed(s.execCommand))
+	mux.Handle("POST /v1/sandboxes/{id}/exec", authed(s.handleExec))
 	mux.Handle("GET /v1/sandboxes/{id}/processes", authed(s.listProcesses))
 	mux.Handle("GET /v1/sandboxes/{id}/processes/{pid}", authed(s.getProcess))
 	mux.Handle("POST /v1/sandboxes/{id}/processes/{pid}/stdin", authed(s.processStdin))
 	mux.Handle("POST /v1/sandboxes/{id}/processes/{pid}/signal", authed(s.signalProcess))
 	mux.Handle("DELETE /v1/sandboxes/{id}/processes/{pid}", authed(s.killProcess))
-	mux.Handle("PUT /v1/sandboxes/{id}/files", authed(s.putFile))
-	mux.Handle("GET /v1/sandboxes/{id}/files", authed(s.getFile))
+	mux.Handle("PUT /v1/sandboxes/{id}/files", authed(s.handlePutFile))
+	mux.Handle("GET /v1/sandboxes/{id}/files", authed(s.handleGetFile))
 	mux.Handle("GET /v1/tools", authed(s.getTools))
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	mux.Handle("/mcp", s.mcpHandler())

@@ -18,10 +18,16 @@ func NewHTTPHandler(getServer func(*http.Request) *mcp.Server, opts mcp.Streamab
 	opts.Stateless = true
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &opts)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Mcp-Session-Id") == "" && r.Header.Get("MCP-Protocol-Version") >= sessionlessVersion {
+		if Sessionless(r) {
 			stateless.ServeHTTP(w, r)
 			return
 		}
 		stateful.ServeHTTP(w, r)
 	})
+}
+
+// Sessionless says whether r goes to the stateless handler: a request of 2026-07-28 or later outside a
+// session. Any other POST without Mcp-Session-Id opens a session.
+func Sessionless(r *http.Request) bool {
+	return r.Header.Get("Mcp-Session-Id") == "" && r.Header.Get("MCP-Protocol-Version") >= sessionlessVersion
 }

@@ -39,8 +39,8 @@ type session struct {
 	mu sync.Mutex
 	// key names the session on its sandbox: the MCP session id, or a random one for stdio (which has none).
 	key string
-	// c is the client of the call that created the sandbox: the session's end deletes with it.
-	c         *client.Client
+	// b is the backend of the call that created the sandbox: the session's end deletes with it.
+	b         Backend
 	sandboxID string
 }
 
@@ -73,43 +73,43 @@ func (s *Sessions) get(ss *mcp.ServerSession) (*session, error) {
 	return st, nil
 }
 
-// sandbox returns the session's sandbox, creating it with opts if it has none. The in-memory id is a cache:
-// without it the sandbox is looked up by its metadata, e.g. when another replica created it.
-func (st *session) sandbox(ctx context.Context, c *client.Client, opts client.CreateOptions) (*client.Sandbox, error) {
+// sandbox returns the session's sandbox id, creating the sandbox with opts if it has none. The in-memory id is a
+// cache: without it the sandbox is looked up by its metadata, e.g. when another replica created it.
+func (st *session) sandbox(ctx context.Context, b Backend, opts client.CreateOptions) (string, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.sandboxID != "" {
-		sbx, err := c.Connect(ctx, st.sandboxID)
+		_, err := b.Get(ctx, st.sandboxID)
 		if !errors.Is(err, client.ErrNotFound) {
-			return sbx, err
+			return st.sandboxID, err
 		}
 		// Gone (expired, or deleted over REST): the session gets a new one.
-		st.sandboxID, st.c = "", nil
+		st.sandboxID, st.b = "", nil
 	}
-	list, err := c.List(ctx)
+	list, err := b.List(ctx)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	for _, info := range list {
 		if info.Metadata[MetadataSession] == st.key && info.Status != "terminating" {
-			st.sandboxID, st.c = info.ID, c
-			return c.Connect(ctx, info.ID)
+			st.sandboxID, st.b = info.ID, b
+			return info.ID, nil
 		}
 	}
 	opts.Metadata = map[string]string{MetadataSession: st.key}
-	sbx, err := c.Create(ctx, opts)
+	info, err := b.Create(ctx, opts)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	st.sandboxID, st.c = sbx.ID, c
-	return sbx, nil
+	st.sandboxID, st.b = info.ID, b
+	return info.ID, nil
 }
 
 // adopt makes id the session's sandbox (create_sandbox in a session).
-func (st *session) adopt(c *client.Client, id string) {
+func (st *session) adopt(b Backend, id string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.sandboxID, st.c = id, c
+	st.sandboxID, st.b = id, b
 }
 
 // current is the session's sandbox id, "" if none.
@@ -124,7 +124,7 @@ func (st *session) forget(id string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.sandboxID == id {
-		st.sandboxID, st.c = "", nil
+		st.sandboxID, st.b = "", nil
 	}
 }
 
@@ -145,19 +145,15 @@ func (s *Sessions) end(ss *mcp.ServerSession) {
 
 func (s *Sessions) release(st *session) {
 	st.mu.Lock()
-	id, c := st.sandboxID, st.c
-	st.sandboxID, st.c = "", nil
+	id, b := st.sandboxID, st.b
+	st.sandboxID, st.b = "", nil
 	st.mu.Unlock()
 	if id == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), deleteTimeout)
 	defer cancel()
-	sbx, err := c.Connect(ctx, id)
-	if err == nil {
-		err = sbx.Terminate(ctx)
-	}
-	if err != nil && !errors.Is(err, client.ErrNotFound) {
+	if err := b.Delete(ctx, id); err != nil && !errors.Is(err, client.ErrNotFound) {
 		// The sandbox's own timeout reclaims it.
 		s.log.Error(err, "deleting the sandbox of an ended MCP session", "session", st.key, "sandbox", id)
 		return

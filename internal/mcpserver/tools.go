@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -16,8 +15,8 @@ import (
 
 // Options configure the tools of one MCP server.
 type Options struct {
-	// Client returns the gateway client a tool call acts with: the caller's key, hence its tenant.
-	Client func(ctx context.Context, req *mcp.CallToolRequest) (*client.Client, error)
+	// Backend returns what a tool call acts through, as its caller (hence in its tenant).
+	Backend func(ctx context.Context, req *mcp.CallToolRequest) (Backend, error)
 	// Create describes a session's sandbox (template, size, network; zero: the tenant's defaults).
 	Create client.CreateOptions
 	// Sessions holds the session → sandbox state; one table serves every server of a process.
@@ -68,9 +67,13 @@ type PathInput struct {
 type FileOutput struct {
 	SandboxID string `json:"sandbox_id"`
 	Path      string `json:"path"`
-	Bytes     int    `json:"bytes"`
-	// Content is the file's text (read_file only).
+	// Bytes is the file's size.
+	Bytes int64 `json:"bytes"`
+	// Content is the file's text (read_file only): all of it, or its first bytes when Truncated.
 	Content string `json:"content,omitempty"`
+	// Truncated says Content leaves out the file's last OmittedBytes (read_file only).
+	Truncated    bool  `json:"truncated,omitempty"`
+	OmittedBytes int64 `json:"omitted_bytes,omitempty"`
 }
 
 // ListOutput is list_files' structured result.
@@ -126,7 +129,8 @@ func NewServer(opts Options) *mcp.Server {
 		Annotations: &mcp.ToolAnnotations{Title: "Run Python", DestructiveHint: &yes, OpenWorldHint: &yes}}, t.runPython)
 	mcp.AddTool(s, &mcp.Tool{Name: "write_file", Description: "Write a text file in the sandbox, replacing it atomically (parent directories are created).",
 		Annotations: &mcp.ToolAnnotations{Title: "Write a file", DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}}, t.writeFile)
-	mcp.AddTool(s, &mcp.Tool{Name: "read_file", Description: "Read a text file from the sandbox.",
+	mcp.AddTool(s, &mcp.Tool{Name: "read_file", Description: fmt.Sprintf("Read a text file from the sandbox: all of it, or as much as fits %d KiB "+
+		"(a longer file's result says how much was left out; read the rest with run_command).", ReadFileTextLimit>>10),
 		Annotations: &mcp.ToolAnnotations{Title: "Read a file", ReadOnlyHint: true, OpenWorldHint: &no}}, t.readFile)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_files", Description: "List a directory of the sandbox (not recursive): type (f file, d directory, l symlink), size and name.",
 		Annotations: &mcp.ToolAnnotations{Title: "List files", ReadOnlyHint: true, OpenWorldHint: &no}}, t.listFiles)
@@ -151,28 +155,31 @@ func (t *tools) session(req *mcp.CallToolRequest) (*session, error) {
 
 // sandbox resolves the sandbox of a call: the one named, else the session's (created on first use), else a
 // new one whose id the result gives.
-func (t *tools) sandbox(ctx context.Context, req *mcp.CallToolRequest, id string) (*client.Client, *client.Sandbox, error) {
-	c, err := t.opts.Client(ctx, req)
+func (t *tools) sandbox(ctx context.Context, req *mcp.CallToolRequest, id string) (Backend, string, error) {
+	b, err := t.opts.Backend(ctx, req)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
 	if id != "" {
-		sbx, err := c.Connect(ctx, id)
+		_, err := b.Get(ctx, id)
 		if errors.Is(err, client.ErrNotFound) {
-			return nil, nil, fmt.Errorf("sandbox %s not found: it was deleted or expired, or is not yours; omit sandbox_id or call create_sandbox", id)
+			return nil, "", fmt.Errorf("sandbox %s not found: it was deleted or expired, or is not yours; omit sandbox_id or call create_sandbox", id)
 		}
-		return c, sbx, explain(err)
+		return b, id, explain(err)
 	}
 	st, err := t.session(req)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
 	if st != nil {
-		sbx, err := st.sandbox(ctx, c, t.opts.Create)
-		return c, sbx, explain(err)
+		id, err := st.sandbox(ctx, b, t.opts.Create)
+		return b, id, explain(err)
 	}
-	sbx, err := c.Create(ctx, t.opts.Create)
-	return c, sbx, explain(err)
+	info, err := b.Create(ctx, t.opts.Create)
+	if err != nil {
+		return nil, "", explain(err)
+	}
+	return b, info.ID, nil
 }
 
 // explain turns a gateway error into what the model (or its operator) should do.
@@ -192,34 +199,34 @@ func (t *tools) runCommand(ctx context.Context, req *mcp.CallToolRequest, in Com
 	if strings.TrimSpace(in.Command) == "" {
 		return nil, ExecOutput{}, errors.New("command is empty")
 	}
-	_, sbx, err := t.sandbox(ctx, req, in.SandboxID)
+	b, id, err := t.sandbox(ctx, req, in.SandboxID)
 	if err != nil {
 		return nil, ExecOutput{}, err
 	}
-	res, err := sbx.Exec(ctx, in.Command, client.ExecOptions{Timeout: time.Duration(in.TimeoutMS) * time.Millisecond})
-	return execResult(sbx, res, err)
+	res, err := b.Exec(ctx, id, Command{Shell: in.Command, Timeout: time.Duration(in.TimeoutMS) * time.Millisecond})
+	return execResult(id, res, err)
 }
 
 func (t *tools) runPython(ctx context.Context, req *mcp.CallToolRequest, in PythonInput) (*mcp.CallToolResult, ExecOutput, error) {
-	_, sbx, err := t.sandbox(ctx, req, in.SandboxID)
+	b, id, err := t.sandbox(ctx, req, in.SandboxID)
 	if err != nil {
 		return nil, ExecOutput{}, err
 	}
-	if err := sbx.Files.Write(ctx, runPythonFile, []byte(in.Code)); err != nil {
+	if err := b.WriteFile(ctx, id, runPythonFile, in.Code); err != nil {
 		return nil, ExecOutput{}, err
 	}
-	res, err := sbx.ExecArgv(ctx, []string{"python3", runPythonFile}, client.ExecOptions{Timeout: time.Duration(in.TimeoutMS) * time.Millisecond})
-	return execResult(sbx, res, err)
+	res, err := b.Exec(ctx, id, Command{Argv: []string{"python3", runPythonFile}, Timeout: time.Duration(in.TimeoutMS) * time.Millisecond})
+	return execResult(id, res, err)
 }
 
 // execResult is a command's observation (the SDKs' formatter) as text, the whole result as structured
 // content. A failing command is a result; only a call that did not run is a tool error.
-func execResult(sbx *client.Sandbox, res *client.ExecResult, err error) (*mcp.CallToolResult, ExecOutput, error) {
+func execResult(id string, res *client.ExecResult, err error) (*mcp.CallToolResult, ExecOutput, error) {
 	if err != nil {
 		return nil, ExecOutput{}, explain(err)
 	}
-	obs := client.FormatObservation(res, client.ObservationOptions{}) + "\nsandbox_id: " + sbx.ID
-	return textResult(obs), ExecOutput{SandboxID: sbx.ID, ExecResult: *res}, nil
+	obs := client.FormatObservation(res, client.ObservationOptions{}) + "\nsandbox_id: " + id
+	return textResult(obs), ExecOutput{SandboxID: id, ExecResult: *res}, nil
 }
 
 func textResult(text string) *mcp.CallToolResult {
@@ -230,62 +237,63 @@ func (t *tools) writeFile(ctx context.Context, req *mcp.CallToolRequest, in Writ
 	if in.Path == "" {
 		return nil, FileOutput{}, errors.New("path is empty")
 	}
-	_, sbx, err := t.sandbox(ctx, req, in.SandboxID)
+	b, id, err := t.sandbox(ctx, req, in.SandboxID)
 	if err != nil {
 		return nil, FileOutput{}, err
 	}
-	if err := sbx.Files.Write(ctx, in.Path, []byte(in.Content)); err != nil {
+	if err := b.WriteFile(ctx, id, in.Path, in.Content); err != nil {
 		return nil, FileOutput{}, err
 	}
-	out := FileOutput{SandboxID: sbx.ID, Path: in.Path, Bytes: len(in.Content)}
-	return textResult(fmt.Sprintf("wrote %d bytes to %s\nsandbox_id: %s", out.Bytes, in.Path, sbx.ID)), out, nil
+	out := FileOutput{SandboxID: id, Path: in.Path, Bytes: int64(len(in.Content))}
+	return textResult(fmt.Sprintf("wrote %d bytes to %s\nsandbox_id: %s", out.Bytes, in.Path, id)), out, nil
 }
 
+// readFile answers the file's text, or its start with a line saying what was left out, as exec output does.
 func (t *tools) readFile(ctx context.Context, req *mcp.CallToolRequest, in PathInput) (*mcp.CallToolResult, FileOutput, error) {
 	if in.Path == "" {
 		return nil, FileOutput{}, errors.New("path is empty")
 	}
-	_, sbx, err := t.sandbox(ctx, req, in.SandboxID)
+	b, id, err := t.sandbox(ctx, req, in.SandboxID)
 	if err != nil {
 		return nil, FileOutput{}, err
 	}
-	data, err := sbx.Files.Read(ctx, in.Path)
+	ft, err := b.ReadText(ctx, id, in.Path, ReadFileTextLimit)
 	if err != nil {
 		return nil, FileOutput{}, err
 	}
-	if !utf8.Valid(data) {
-		return nil, FileOutput{}, fmt.Errorf("%s is not UTF-8 text (%d bytes); look at it with run_command, e.g. xxd or base64", in.Path, len(data))
+	out := FileOutput{SandboxID: id, Path: in.Path, Bytes: ft.Size, Content: ft.Text,
+		Truncated: ft.Shown < ft.Size, OmittedBytes: ft.Size - ft.Shown}
+	text := out.Content
+	if out.Truncated {
+		text += fmt.Sprintf("\n[airlock: %d bytes omitted; %s has %d bytes: read the rest with run_command, e.g. tail -c +%d]\n",
+			out.OmittedBytes, in.Path, ft.Size, ft.Shown+1)
 	}
-	out := FileOutput{SandboxID: sbx.ID, Path: in.Path, Bytes: len(data), Content: string(data)}
-	return textResult(out.Content), out, nil
+	return textResult(text), out, nil
 }
 
 func (t *tools) listFiles(ctx context.Context, req *mcp.CallToolRequest, in PathInput) (*mcp.CallToolResult, ListOutput, error) {
 	if in.Path == "" {
 		in.Path = "."
 	}
-	_, sbx, err := t.sandbox(ctx, req, in.SandboxID)
+	b, id, err := t.sandbox(ctx, req, in.SandboxID)
 	if err != nil {
 		return nil, ListOutput{}, err
 	}
-	entries, err := sbx.Files.List(ctx, in.Path)
+	entries, err := listDir(ctx, b, id, in.Path)
 	if err != nil {
 		return nil, ListOutput{}, err
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d entries\n", in.Path, len(entries))
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s: %d entries\n", in.Path, len(entries))
 	for _, e := range entries {
-		fmt.Fprintf(&b, "%s %d %s\n", e.Type, e.Size, e.Name)
+		fmt.Fprintf(&sb, "%s %d %s\n", e.Type, e.Size, e.Name)
 	}
-	b.WriteString("sandbox_id: " + sbx.ID)
-	if entries == nil {
-		entries = []client.FileInfo{}
-	}
-	return textResult(b.String()), ListOutput{SandboxID: sbx.ID, Path: in.Path, Entries: entries}, nil
+	sb.WriteString("sandbox_id: " + id)
+	return textResult(sb.String()), ListOutput{SandboxID: id, Path: in.Path, Entries: entries}, nil
 }
 
 func (t *tools) createSandbox(ctx context.Context, req *mcp.CallToolRequest, in CreateInput) (*mcp.CallToolResult, SandboxOutput, error) {
-	c, err := t.opts.Client(ctx, req)
+	b, err := t.opts.Backend(ctx, req)
 	if err != nil {
 		return nil, SandboxOutput{}, err
 	}
@@ -300,23 +308,19 @@ func (t *tools) createSandbox(ctx context.Context, req *mcp.CallToolRequest, in 
 		}
 		opts.Metadata = map[string]string{MetadataSession: st.key}
 	}
-	sbx, err := c.Create(ctx, opts)
+	info, err := b.Create(ctx, opts)
 	if err != nil {
 		return nil, SandboxOutput{}, explain(err)
 	}
 	if st != nil {
-		st.adopt(c, sbx.ID)
+		st.adopt(b, info.ID)
 	}
-	info, err := sbx.Info(ctx)
-	if err != nil {
-		return nil, SandboxOutput{}, err
-	}
-	return textResult(fmt.Sprintf("created sandbox %s (%s, template %s)\nsandbox_id: %s", sbx.ID, info.Status, info.Template, sbx.ID)),
-		SandboxOutput{SandboxID: sbx.ID, Info: info}, nil
+	return textResult(fmt.Sprintf("created sandbox %s (%s, template %s)\nsandbox_id: %s", info.ID, info.Status, info.Template, info.ID)),
+		SandboxOutput{SandboxID: info.ID, Info: info}, nil
 }
 
 func (t *tools) deleteSandbox(ctx context.Context, req *mcp.CallToolRequest, in SandboxInput) (*mcp.CallToolResult, SandboxOutput, error) {
-	c, err := t.opts.Client(ctx, req)
+	b, err := t.opts.Backend(ctx, req)
 	if err != nil {
 		return nil, SandboxOutput{}, err
 	}
@@ -331,12 +335,9 @@ func (t *tools) deleteSandbox(ctx context.Context, req *mcp.CallToolRequest, in 
 	if id == "" {
 		return nil, SandboxOutput{}, errors.New("no sandbox to delete: pass sandbox_id")
 	}
-	sbx, err := c.Connect(ctx, id)
+	err = b.Delete(ctx, id)
 	if errors.Is(err, client.ErrNotFound) {
 		return nil, SandboxOutput{}, fmt.Errorf("sandbox %s not found: it was deleted or expired, or is not yours", id)
-	}
-	if err == nil {
-		err = sbx.Terminate(ctx)
 	}
 	if err != nil {
 		return nil, SandboxOutput{}, err

@@ -84,7 +84,7 @@ func setup(t *testing.T, connection bool) (*fakeGateway, *Sessions, *mcp.Server)
 		t.Fatal(err)
 	}
 	sessions := NewSessions(logr.Discard())
-	s := NewServer(Options{Sessions: sessions, Connection: connection, Client: func(context.Context, *mcp.CallToolRequest) (*client.Client, error) { return c, nil }})
+	s := NewServer(Options{Sessions: sessions, Connection: connection, Backend: func(context.Context, *mcp.CallToolRequest) (Backend, error) { return ClientBackend(c), nil }})
 	return f, sessions, s
 }
 
