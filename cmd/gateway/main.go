@@ -67,11 +67,11 @@ func parseFlags() flags {
 	fs.Int64Var(&f.maxBody, "max-body-bytes", 1<<20, "largest JSON request body (exec stdin included); larger is 413")
 	fs.Int64Var(&f.maxFile, "max-file-bytes", 16<<20, "largest file upload or download; larger is 413")
 	fs.Int64Var(&f.defaultOutput, "default-output-bytes", exec.DefaultKeepBytes, "per-stream output kept inline when neither the request nor the template (outputLimitBytes) sets it")
-	fs.Float64Var(&f.createRate, "create-rate", 1, "sandbox creations per second per API key (token bucket refill; negative disables)")
-	fs.IntVar(&f.createBurst, "create-burst", 10, "token bucket size for sandbox creations per API key")
+	fs.Float64Var(&f.createRate, "create-rate", 1, "sandbox creations per second per API key, over all replicas (see --service-name; token bucket refill; negative disables)")
+	fs.IntVar(&f.createBurst, "create-burst", 10, "token bucket size for sandbox creations per API key, over all replicas (each keeps its share, rounded down, at least 1)")
 	fs.IntVar(&f.maxExecs, "max-concurrent-execs", 20, "commands and file transfers in flight per tenant, over all replicas (see --service-name); more is 429 too_many_concurrent_execs (negative disables)")
 	fs.IntVar(&f.maxExecStreams, "max-exec-streams", gateway.DefaultMaxExecStreams, "commands and file transfers in flight over all tenants and replicas: exec streams are long-running requests, which API Priority and Fairness does not limit; more is 429 too_many_exec_streams (negative disables)")
-	fs.StringVar(&f.serviceName, "service-name", "", "the gateway's own Service: replicas count its ready endpoints and each admits its share of --max-concurrent-execs and --max-exec-streams, rounded up (empty: this gateway assumes it is the only replica)")
+	fs.StringVar(&f.serviceName, "service-name", "", "the gateway's own Service: replicas count its ready endpoints and each admits its share of --max-concurrent-execs and --max-exec-streams, rounded up, and of --create-rate and --create-burst (empty: this gateway assumes it is the only replica)")
 	fs.StringVar(&f.serviceNamespace, "service-namespace", envOr("POD_NAMESPACE", "airlock-system"), "namespace of --service-name (default $POD_NAMESPACE)")
 	fs.Int64Var(&f.memoryLimit, "memory-limit", 0, "memory the gateway may use, in bytes (0: the container's cgroup limit, else 512 MiB); sets the in-flight budget's default and, unless GOMEMLIMIT is set, the Go runtime's soft limit (90%)")
 	fs.Int64Var(&f.maxInflight, "max-inflight-bytes", 0, "memory all calls in flight may hold, each counted at its worst case (0: half of --memory-limit; negative disables); when full, calls answer 503 gateway_busy with Retry-After")
@@ -259,11 +259,12 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 	return srv, nil
 }
 
-// replicaCount is how many replicas share the exec limits: the ready endpoints of --service-name, else one.
+// replicaCount is how many replicas share the exec limits and the create rate: the ready endpoints of
+// --service-name, else one.
 func replicaCount(ctx context.Context, cs kubernetes.Interface, f flags, log logr.Logger) (func() int, error) {
 	if f.serviceName == "" {
-		log.Info("no --service-name: this gateway counts itself as the only replica, so each replica admits the full exec limits",
-			"maxConcurrentExecs", f.maxExecs, "maxExecStreams", f.maxExecStreams)
+		log.Info("no --service-name: this gateway counts itself as the only replica, so each replica admits the full exec limits and create rate",
+			"maxConcurrentExecs", f.maxExecs, "maxExecStreams", f.maxExecStreams, "createRate", f.createRate, "createBurst", f.createBurst)
 		return nil, nil
 	}
 	rc, err := gateway.WatchReplicas(ctx, cs, f.serviceNamespace, f.serviceName, log.WithName("replicas"))

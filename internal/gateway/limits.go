@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -10,12 +11,16 @@ import (
 	"time"
 )
 
-// rateLimiter is a token bucket per key: rate tokens per second, up to burst. Buckets of idle keys are
-// dropped so that the map does not grow with every key ever seen.
+// rateLimiter is a token bucket per key: rate tokens per second, up to burst. The rate is the whole gateway's:
+// with several replicas (replicas, see ReplicaCounter) each keeps its share, rate/N and burst/N rounded down but
+// at least one, so that together they admit no more than the rate, whichever replica a client's calls reach.
+// Buckets of idle keys are dropped so that the map does not grow with every key ever seen.
 type rateLimiter struct {
 	rate  float64
 	burst float64
-	now   func() time.Time
+	// replicas is how many gateway replicas share the rate now; nil means one.
+	replicas func() int
+	now      func() time.Time
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -31,36 +36,62 @@ func newRateLimiter(perSecond float64, burst int) *rateLimiter {
 	return &rateLimiter{rate: perSecond, burst: float64(max(burst, 1)), now: time.Now, buckets: map[string]*bucket{}}
 }
 
+// sharedBy makes l the share of one of replicas() gateway replicas (nil: the only one).
+func (l *rateLimiter) sharedBy(replicas func() int) *rateLimiter {
+	l.replicas = replicas
+	return l
+}
+
+// share is this replica's rate and burst now, and the number of replicas they are shared by.
+func (l *rateLimiter) share() (rate, burst float64, replicas int) {
+	replicas = 1
+	if l.replicas != nil {
+		replicas = max(l.replicas(), 1)
+	}
+	return l.rate / float64(replicas), max(math.Floor(l.burst/float64(replicas)), 1), replicas
+}
+
 // allow takes a token for key; when none is left it says how long until one is.
 func (l *rateLimiter) allow(key string) (ok bool, retryAfter time.Duration) {
 	if l == nil || l.rate <= 0 {
 		return true, 0
 	}
+	rate, burst, _ := l.share()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	l.sweep(now)
+	l.sweep(now, rate, burst)
 	b := l.buckets[key]
 	if b == nil {
-		b = &bucket{tokens: l.burst, last: now}
+		b = &bucket{tokens: burst, last: now}
 		l.buckets[key] = b
 	}
-	b.tokens = min(l.burst, b.tokens+now.Sub(b.last).Seconds()*l.rate)
+	b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*rate)
 	b.last = now
 	if b.tokens >= 1 {
 		b.tokens--
 		return true, 0
 	}
-	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+	return false, time.Duration((1 - b.tokens) / rate * float64(time.Second))
+}
+
+// limitText says what limit applies, and this replica's share of it when there are several.
+func (l *rateLimiter) limitText() string {
+	rate, burst, n := l.share()
+	if n == 1 {
+		return fmt.Sprintf("at most %g per second (burst %g)", l.rate, l.burst)
+	}
+	return fmt.Sprintf("at most %g per second (burst %g) over %d gateway replicas, %g per second (burst %g) on this one",
+		l.rate, l.burst, n, rate, burst)
 }
 
 // sweep drops full buckets, at most once a minute.
-func (l *rateLimiter) sweep(now time.Time) {
+func (l *rateLimiter) sweep(now time.Time, rate, burst float64) {
 	if now.Sub(l.swept) < time.Minute {
 		return
 	}
 	l.swept = now
-	full := time.Duration(l.burst / l.rate * float64(time.Second))
+	full := time.Duration(burst / rate * float64(time.Second))
 	for k, b := range l.buckets {
 		if now.Sub(b.last) > full {
 			delete(l.buckets, k)

@@ -53,7 +53,8 @@ type Options struct {
 	// MaxBodyBytes bounds JSON bodies (default 1 MiB); MaxFileBytes bounds file uploads and downloads (16 MiB).
 	MaxBodyBytes int64
 	MaxFileBytes int64
-	// CreateRate and CreateBurst limit sandbox creation per key (default 1/s, burst 10; rate < 0 disables).
+	// CreateRate and CreateBurst limit sandbox creation per key, over all replicas (default 1/s, burst 10;
+	// rate < 0 disables).
 	CreateRate  float64
 	CreateBurst int
 	// MaxExecsPerTenant bounds commands and file transfers in flight per tenant (default 20; < 0 disables).
@@ -61,8 +62,9 @@ type Options struct {
 	// MaxExecStreams bounds them over all tenants (default 100; < 0 disables): exec streams are long-running
 	// requests, which API Priority and Fairness does not limit, so this protects the API server and kubelets.
 	MaxExecStreams int
-	// Replicas, if set, says how many gateway replicas share MaxExecsPerTenant and MaxExecStreams (e.g.
-	// ReplicaCounter.Count); each admits its share of both, rounded up. Unset: this is the only replica.
+	// Replicas, if set, says how many gateway replicas share MaxExecsPerTenant, MaxExecStreams and the create
+	// rate (e.g. ReplicaCounter.Count); each admits its share of the exec limits, rounded up, and of CreateRate
+	// and CreateBurst, the burst rounded down but at least 1. Unset: this is the only replica.
 	Replicas func() int
 	// MaxInflightBytes bounds the memory all calls in flight may hold, each counted at its worst case
 	// (default 256 MiB: MemoryPlan of DefaultMemoryLimit; < 0 disables). Over it calls answer 503 gateway_busy.
@@ -151,7 +153,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts:    opts,
 		metrics: m,
-		creates: newRateLimiter(opts.CreateRate, opts.CreateBurst),
+		creates: newRateLimiter(opts.CreateRate, opts.CreateBurst).sharedBy(opts.Replicas),
 		execs:   newExecSlots(opts.MaxExecsPerTenant, opts.MaxExecStreams, opts.Replicas),
 		memory:  newByteBudget(opts.MaxInflightBytes, opts.MaxInflightBytesPerTenant),
 	}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -27,7 +26,7 @@ func (s *Server) createSandbox(ctx context.Context, p auth.Principal, req *Creat
 	if ok, retry := s.creates.allow(p.KeyID); !ok {
 		s.metrics.rejected.WithLabelValues(p.Tenant, CodeRateLimited).Inc()
 		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, RetryAfter: retry.Truncate(time.Second) + time.Second,
-			Message: fmt.Sprintf("too many sandbox creations for this key: at most %g per second (burst %d)", s.opts.CreateRate, s.opts.CreateBurst)}
+			Message: "too many sandbox creations for this key: " + s.creates.limitText()}
 	}
 	tmpl := req.Template
 	if tmpl == "" {
