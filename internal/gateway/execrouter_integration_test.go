@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -99,6 +100,38 @@ func startHungNode(tb testing.TB) *execserver.Server {
 	}
 	tb.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	return s
+}
+
+// startSilentNode is a "node" that accepts connections and never answers: an exec to it hangs before it
+// starts. It returns its base URL.
+func startSilentNode(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	tb.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String()
 }
 
 // setSupervisorKey records key as the one sandbox ns/name's PID 1 attested: the key of the node it runs on.

@@ -98,7 +98,7 @@ func TestIntegrationBackgroundRenewsIdle(t *testing.T) {
 	}
 }
 
-// One tenant's hung sandboxes (their PID 1 stopped: the exec runs, nothing answers it) do not delay the renewal of
+// One tenant's hung sandboxes (PID 1 stopped, or a node that never answers the exec) do not delay the renewal of
 // another tenant's sandbox whose background process runs: its idle deadline stays ahead. Fails with the
 // sequential renewer (each hung check held up every later one for its whole timeout): checked.
 func TestIntegrationHungSandboxesDoNotDelayOthersRenewal(t *testing.T) {
@@ -113,13 +113,17 @@ func TestIntegrationHungSandboxesDoNotDelayOthersRenewal(t *testing.T) {
 		o.Engine = engine
 	})
 	router.setDefault(g.exec.URL)
-	hung := startHungNode(t)
+	hung, silent := startHungNode(t), startSilentNode(t)
 
 	hostile, _ := g.tenant(t, 20)
-	for range 2 * renewChecksPerTenant {
+	for i := range 2 * renewChecksPerTenant {
 		name := idleSandbox(t, g, hostile, idle)
 		g.setSupervisorKey(t, hostile, name, hung.SupervisorKey())
-		router.route(hostile, name, hung.URL)
+		if i%2 == 0 {
+			router.route(hostile, name, hung.URL)
+		} else {
+			router.route(hostile, name, silent)
+		}
 	}
 	ns, key := g.tenant(t, 20)
 	name := idleSandbox(t, g, ns, idle)
