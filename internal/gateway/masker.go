@@ -3,7 +3,7 @@ package gateway
 // Scoped secrets (secrets.go) are masked wherever sandbox-derived bytes leave the gateway, each value replaced by
 // [masked:NAME]: a command's output, inline (result), streamed (chunk, flush) or read back from a background
 // process's files (window); its detail and the gateway's error messages (error); file downloads (stream); and
-// MCP's read_file (text). A value the gateway cuts (at the head/tail truncation marker, or at the end of what
+// MCP's read_file (token). A value the gateway cuts (at the head/tail truncation marker, or at the end of what
 // read_file shows) has each of its pieces masked, however short: a piece is secret material.
 
 import (
@@ -60,6 +60,21 @@ func (m *masker) result(res *exec.Result) {
 	res.Stdout = m.truncated(res.Stdout, res.Truncation.Stdout)
 	res.Stderr = m.truncated(res.Stderr, res.Truncation.Stderr)
 	res.Detail = m.mask(res.Detail)
+}
+
+// process masks what a background process's view quotes from the sandbox: its detail and its command, as
+// PID 1 reports them.
+func (m *masker) process(v ProcessView) ProcessView {
+	if m == nil {
+		return v
+	}
+	v.Detail = m.mask(v.Detail)
+	cmd := make([]string, len(v.Command))
+	for i, a := range v.Command {
+		cmd[i] = m.mask(a)
+	}
+	v.Command = cmd
+	return v
 }
 
 // error masks an error's message, which may quote what a command or the sandbox said.

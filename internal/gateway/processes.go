@@ -141,7 +141,7 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, p auth.
 	}
 	info, err := pc.StartBackground(r.Context(), xr)
 	if err != nil {
-		writeError(w, s.processError(err, sb.Namespace))
+		writeError(w, s.maskerFor(r.Context(), sb).error(s.processError(err, sb.Namespace)))
 		return
 	}
 	s.audit(sb, reasonExec, "Exec", "background process %s started by key %s", info.ID, p.KeyID)
@@ -150,11 +150,11 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, p auth.
 		in := runwrap.Request{Op: runwrap.OpStdin, Config: runwrap.Config{ID: info.ID}, Data: []byte(*req.Stdin),
 			ReserveReply: func(n int) error { return asError(mem.resize(callOverhead + replyCost(n))) }}
 		if _, err := pc.Control(r.Context(), s.target(sb), in); err != nil {
-			writeError(w, s.processError(err, sb.Namespace))
+			writeError(w, s.maskerFor(r.Context(), sb).error(s.processError(err, sb.Namespace)))
 			return
 		}
 	}
-	writeJSON(w, http.StatusAccepted, viewOfProcess(info))
+	writeJSON(w, http.StatusAccepted, s.maskerFor(r.Context(), sb).process(viewOfProcess(info)))
 }
 
 // target is the engine's address of sb's supervisor: its pod's container and the key its PID 1 attested.
@@ -169,6 +169,8 @@ type processCall struct {
 	pc  ProcessController
 	sb  *airlockv1.Sandbox
 	pid string
+	// mask masks the sandbox's secrets in what the call answers (nil: it has none).
+	mask *masker
 	// mem holds base, what the call needs besides PID 1's replies; control grows it by each reply before
 	// reading it.
 	mem  *reservation
@@ -212,7 +214,7 @@ func (s *Server) openProcessCall(w http.ResponseWriter, r *http.Request, p auth.
 		return nil, false
 	}
 	end := s.opts.Activity.Begin(sb.Namespace, sb.Name) // reading or steering a process is using the sandbox
-	return &processCall{pc: pc, sb: sb, pid: pid, mem: mem, base: callOverhead,
+	return &processCall{pc: pc, sb: sb, pid: pid, mask: s.maskerFor(r.Context(), sb), mem: mem, base: callOverhead,
 		end: func() { end(); mem.release(); release() }}, true
 }
 
@@ -234,7 +236,7 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request, c *processCall,
 		if e.Code == CodeOutputBudget || e.Code == CodeGatewayBusy {
 			s.metrics.rejected.WithLabelValues(c.sb.Namespace, e.Code).Inc()
 		}
-		writeError(w, e)
+		writeError(w, c.mask.error(e))
 		return nil, false
 	}
 	if !rep.Known {
@@ -260,7 +262,7 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, p auth.Pr
 	}{Processes: []ProcessView{}}
 	for i := range rep.Processes {
 		if rep.Processes[i].Background {
-			out.Processes = append(out.Processes, viewOfProcess(&rep.Processes[i]))
+			out.Processes = append(out.Processes, c.mask.process(viewOfProcess(&rep.Processes[i])))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -295,7 +297,7 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request, p auth.Princ
 	// Each stream is read up to hold bytes either side of the asked range, so that a value
 	// crossing its edges is masked whole, whatever offsets and sizes the caller picks.
 	// A few bytes more at the end let a read finish a character it would cut, however small max_bytes is.
-	mask := s.maskerFor(r.Context(), c.sb)
+	mask := c.mask
 	if mask == nil {
 		mask = &masker{}
 	}
@@ -316,7 +318,7 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request, p auth.Princ
 	if !ok {
 		return
 	}
-	out := ProcessOutput{ProcessView: viewOfProcess(rep.Process), StdoutOffset: outOff, StderrOffset: errOff}
+	out := ProcessOutput{ProcessView: c.mask.process(viewOfProcess(rep.Process)), StdoutOffset: outOff, StderrOffset: errOff}
 	if o := rep.Output; o != nil {
 		running := rep.Process.Trailer == nil
 		out.Stdout, out.StdoutOffset = readText(mask, o.Stdout, readOut, outOff, limit, o.StdoutSize, running)
@@ -396,7 +398,7 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, p auth.Pri
 	defer c.end()
 	rep, ok := s.control(w, r, c, runwrap.Request{Op: runwrap.OpStdin, Config: runwrap.Config{ID: c.pid}, Data: []byte(req.Data), EOF: req.EOF})
 	if ok {
-		writeJSON(w, http.StatusOK, viewOfProcess(rep.Process))
+		writeJSON(w, http.StatusOK, c.mask.process(viewOfProcess(rep.Process)))
 	}
 }
 
@@ -421,7 +423,7 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, p auth.Pr
 	defer c.end()
 	rep, ok := s.control(w, r, c, runwrap.Request{Op: runwrap.OpSignal, Config: runwrap.Config{ID: c.pid}, Signal: req.Signal})
 	if ok {
-		writeJSON(w, http.StatusOK, viewOfProcess(rep.Process))
+		writeJSON(w, http.StatusOK, c.mask.process(viewOfProcess(rep.Process)))
 	}
 }
 
@@ -437,7 +439,7 @@ func (s *Server) killProcess(w http.ResponseWriter, r *http.Request, p auth.Prin
 	}
 	rep, ok := s.control(w, r, c, runwrap.Request{Op: runwrap.OpStatus, Config: runwrap.Config{ID: c.pid}, Wait: runwrap.DefaultGrace + 5*time.Second})
 	if ok {
-		writeJSON(w, http.StatusOK, viewOfProcess(rep.Process))
+		writeJSON(w, http.StatusOK, c.mask.process(viewOfProcess(rep.Process)))
 	}
 }
 

@@ -52,12 +52,12 @@ func pieceOf(text, secret string) string {
 
 // Scoped secrets are masked wherever sandbox bytes leave the gateway, each path tried with a real secret
 // value in the environment of real commands: a file download, MCP's read_file (also with the value across the
-// end of what it shows), error messages, a command's output cut by the truncation marker through the middle of
-// the value, and streamed output whose chunks split the value.
+// end of what it shows), error messages, a background process's view, a command's output cut by the truncation
+// marker through the middle of the value, and streamed output whose chunks split the value.
 //
 // Fails without each path's masking (checked, one at a time): the download carried the value six times;
 // read_file showed it, and at its cap its first six characters; the upload's error message and the command's
-// detail quoted it; the truncated output showed its start before the marker and its end after; without the
+// detail quoted it; a background process's view quoted it in its command; the truncated output showed its start before the marker and its end after; without the
 // hold-back the first streamed chunk carried its first eleven characters (and read_file, which reads as far
 // past its cap, showed the start of the value at the cap).
 func TestIntegrationSecretsMaskedEverywhere(t *testing.T) {
@@ -118,6 +118,22 @@ func TestIntegrationSecretsMaskedEverywhere(t *testing.T) {
 		code, body = g.do(t, key, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"argv": []string{"./" + testSecret}})
 		if code != 200 || pieceOf(fmt.Sprint(body), testSecret) != "" {
 			t.Errorf("a command that cannot start: %d %v", code, body)
+		}
+	})
+
+	t.Run("background process", func(t *testing.T) {
+		// Its view quotes its command as the sandbox's PID 1 reports it, and its output comes from its files.
+		argv := []string{"sh", "-c", `printf %s "$GIT_TOKEN"`, "sh", testSecret}
+		code, body := g.do(t, key, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"argv": argv, "background": true})
+		pid, _ := body["process_id"].(string)
+		if code != 202 || pieceOf(fmt.Sprint(body), testSecret) != "" {
+			t.Fatalf("start: %d %v", code, body)
+		}
+		for _, path := range []string{"/processes/" + pid + "?wait_ms=5000", "/processes"} {
+			code, body = g.do(t, key, "GET", "/v1/sandboxes/"+id+path, nil)
+			if code != 200 || pieceOf(fmt.Sprint(body), testSecret) != "" || !strings.Contains(fmt.Sprint(body), "[masked:GIT_TOKEN]") {
+				t.Errorf("GET %s: %d %v", path, code, body)
+			}
 		}
 	})
 
