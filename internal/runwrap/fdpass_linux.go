@@ -54,6 +54,11 @@ func recvFrameFiles(c *net.UnixConn, v any, maxFiles int) ([]*os.File, error) {
 	if err := ReadFrame(c, v); err != nil {
 		return nil, err
 	}
+	return recvFiles(c, maxFiles)
+}
+
+// recvFiles reads the descriptors that follow a frame sendFrameFiles wrote.
+func recvFiles(c *net.UnixConn, maxFiles int) ([]*os.File, error) {
 	buf := make([]byte, 1)
 	oob := make([]byte, unix.CmsgSpace(4*max(maxFiles, 1)))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)

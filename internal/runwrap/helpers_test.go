@@ -55,15 +55,18 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	supervisorKey = key
+	supervisorKey, pid1PID = key, pid1.Process.Pid
 	code := m.Run()
 	_ = pid1.Process.Kill()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// supervisorKey is the package's PID 1's attested key.
-var supervisorKey ed25519.PublicKey
+// supervisorKey is the package's PID 1's attested key; pid1PID its process.
+var (
+	supervisorKey ed25519.PublicKey
+	pid1PID       int
+)
 
 // startPID1Env starts `bin pid1` with env added to ours and a network gate whose target is a closed port on
 // loopback (refused), and returns it with the key it attested; its log goes on to stderr.

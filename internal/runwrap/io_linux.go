@@ -15,27 +15,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// streamOut is one of the exec stream's output descriptors. It is switched to
-// non-blocking mode so that writes can carry a deadline: a write that makes
-// no progress for the stall timeout means nobody reads the stream any more.
+// streamOut is one of a run's output streams (a pipe to PID 1). It is made
+// non-blocking so that writes can carry a deadline: a write that makes no
+// progress for the stall timeout means nobody reads the stream any more.
 type streamOut struct {
 	f         *os.File // kept referenced: its finalizer would close the fd
 	deadlines bool
 	count     atomic.Int64 // bytes of the command's output captured
 }
 
-func newStreamOut(fd int, name string) *streamOut {
-	o := &streamOut{}
+func newStreamOut(f *os.File, stdin *os.File) *streamOut {
 	// A descriptor shared with stdin (a tty or socket) stays blocking: the
 	// command reads stdin directly and must not see EAGAIN.
 	var st0, st syscall.Stat_t
-	shared := syscall.Fstat(0, &st0) == nil && syscall.Fstat(fd, &st) == nil &&
+	shared := stdin != nil && syscall.Fstat(int(stdin.Fd()), &st0) == nil && syscall.Fstat(int(f.Fd()), &st) == nil &&
 		st0.Dev == st.Dev && st0.Ino == st.Ino
-	if !shared && syscall.SetNonblock(fd, true) == nil {
-		o.deadlines = true
+	if shared {
+		return &streamOut{f: f}
 	}
-	o.f = os.NewFile(uintptr(fd), name)
-	return o
+	d := pollable(f, nil) // a non-blocking duplicate: writes can carry a deadline
+	if d == f {
+		return &streamOut{f: f}
+	}
+	_ = f.Close()
+	return &streamOut{f: d, deadlines: true}
 }
 
 func (o *streamOut) write(b []byte, stall time.Duration) error {
@@ -122,7 +125,7 @@ func (s *supervisor) command(outW, errW *os.File) (*launch, error) {
 		}
 	}
 	if !s.cfg.NoStdin {
-		l.stdin = os.Stdin
+		l.stdin = s.stdin
 	}
 	return l, nil
 }

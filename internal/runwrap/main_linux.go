@@ -1,14 +1,11 @@
 package runwrap
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 )
 
 const (
@@ -37,12 +34,14 @@ func Reexec() (code int, ok bool) {
 	return 0, false
 }
 
-// keeperMain owns one run for the supervisor: it starts the command, tees its
-// output, enforces the limits and writes the trailer, exactly as a separate
-// process so that each run's tree is found from its own subreaper.
+// keeperMain owns runs for the supervisor, one at a time: it starts the command, tees its output, enforces the
+// limits and reports the outcome, exactly as a separate process so that each run's tree is found from its own
+// subreaper. When a run leaves nothing behind, the keeper tells PID 1 it is idle and may take the next run,
+// which then costs no process start; a run that leaves processes (kept on purpose) ends the keeper, so that
+// they re-parent to PID 1.
 func keeperMain() int {
-	// Before anything arrives on the control socket: the stream descriptors
-	// and the nonce must never be reachable through /proc.
+	// Before anything arrives on the control socket: the runs' requests and streams must never be reachable
+	// through /proc.
 	if err := setNotDumpable(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock-init keeper: %v\n", err)
 		return ExitWrapperError
@@ -56,49 +55,46 @@ func keeperMain() int {
 		return ExitWrapperError
 	}
 	ctl := fc.(*net.UnixConn)
-	st := startStarter() // while we wait for the run
-	var cfg Config
-	files, err := recvFrameFiles(ctl, &cfg, 3)
-	received := time.Now()
-	if errors.Is(err, io.EOF) {
-		if st != nil {
-			st.discard()
-		}
-		return 0 // a spare keeper PID 1 no longer needs
-	}
-	if err != nil || len(files) < 2 {
-		fmt.Fprintf(os.Stderr, "airlock-init keeper: receive run: %v (%d descriptors)\n", err, len(files))
-		return ExitWrapperError
-	}
-	var op Request
-	pipes, err := recvFrameFiles(ctl, &op, 4)
-	if err != nil || op.Op != opPipes || len(pipes) != 4 {
-		fmt.Fprintf(os.Stderr, "airlock-init keeper: receive output pipes: %v (%d descriptors)\n", err, len(pipes))
-		return ExitWrapperError
-	}
-	if err := WriteFrame(ctl, &Reply{Accepted: true}); err != nil {
-		return ExitWrapperError // PID 1 is gone or gave up on us
-	}
-	// The exec stream becomes our stdio, so the output code below is the
-	// same whether or not a supervisor sits in between.
-	for i, target := range []int{1, 2, 0} {
-		if i < len(files) {
-			if err := syscall.Dup3(int(files[i].Fd()), target, 0); err != nil {
-				fmt.Fprintf(os.Stderr, "airlock-init keeper: dup: %v\n", err)
-				return ExitWrapperError
+	in := readKeeperControl(ctl)
+	for {
+		st := startStarter() // while we wait for the run
+		run, ok := <-in.runs
+		if !ok {
+			if st != nil {
+				st.discard()
 			}
-			_ = files[i].Close()
+			return 0 // PID 1 no longer needs us
+		}
+		code, clean := keepRun(ctl, in, run, st)
+		if !clean {
+			return code
+		}
+		if err := WriteFrame(ctl, &Reply{Idle: true}); err != nil {
+			return code
 		}
 	}
-	s := &supervisor{cfg: cfg, killReq: make(chan struct{}, 1), pipes: pipes, received: received, starter: st}
-	s.stdout = newStreamOut(1, "stdout")
-	s.stderr = newStreamOut(2, "stderr")
+}
+
+// keepRun runs one run the keeper received; clean says it left nothing behind.
+func keepRun(ctl *net.UnixConn, in *keeperControl, run keeperRun, st *starter) (code int, clean bool) {
+	if err := WriteFrame(ctl, &Reply{Accepted: true}); err != nil {
+		closeAll(append(run.files, run.pipes...))
+		return ExitWrapperError, false // PID 1 is gone or gave up on us
+	}
+	s := &supervisor{cfg: run.cfg, killReq: make(chan struct{}, 1), pipes: run.pipes, received: run.received, starter: st,
+		control: in.current(run.cfg.ID), lost: in.lost, finished: make(chan struct{})}
+	s.stdin = run.stdin()
+	s.stdout, s.stderr = newStreamOut(run.files[0], s.stdin), newStreamOut(run.files[1], s.stdin)
 	t, code := s.run(ctl)
-	// The trailer is written: let go of the stream before PID 1 answers,
-	// so the exec need not wait for this process to exit.
-	closeAll([]*os.File{s.stdout.f, s.stderr.f, os.Stdin})
-	_ = WriteFrame(ctl, &Reply{Known: true, Done: true, Trailer: &t, Code: code})
-	return code
+	close(s.finished)
+	in.current("")
+	// The outcome is complete: let go of the stream before PID 1 answers, so the call need not wait for us.
+	// Of the command's pipes, run closed the write ends; the read ends are ours to close (the keeper lives on).
+	closeAll([]*os.File{s.stdout.f, s.stderr.f, s.stdin, run.pipes[0], run.pipes[2]})
+	if err := WriteFrame(ctl, &Reply{Known: true, Done: true, Trailer: &t, Code: code}); err != nil {
+		return code, false
+	}
+	return code, !hasChildren() || len(liveDescendants(os.Getpid())) == 0
 }
 
 // limitMain is exec'd (as the command's own process, in its session) when a

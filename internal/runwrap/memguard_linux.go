@@ -197,7 +197,7 @@ func (s *Supervisor) guardKill(c memCandidate, pids []int, detail string) {
 	}
 	direct := !c.viaKeeper
 	if c.viaKeeper {
-		if err := WriteFrame(c.run.ctl, &Request{Op: opMemoryKill, Reason: detail}); err != nil && !errors.Is(err, os.ErrClosed) {
+		if err := c.run.tell(Request{Op: opMemoryKill, Reason: detail}); err != nil && !errors.Is(err, os.ErrClosed) {
 			direct = true
 		}
 	}

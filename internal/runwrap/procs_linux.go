@@ -45,7 +45,7 @@ func (s *Supervisor) control(req *Request) *Reply {
 	case OpKill:
 		if info.Running {
 			r.killO.Do(func() { close(r.kill) })        // for PID 1, if the keeper is gone
-			_ = WriteFrame(r.ctl, &Request{Op: OpKill}) // the keeper kills the tree with grace
+			_ = r.tell(Request{Op: OpKill}) // the keeper kills the tree with grace
 		}
 	}
 	if err != nil {
@@ -156,7 +156,7 @@ func (s *Supervisor) signalRun(r *run, name string) error {
 		return errors.New("the process has ended")
 	}
 	if len(orphans) == 0 {
-		return WriteFrame(r.ctl, &Request{Op: OpSignal, Signal: name})
+		return r.tell(Request{Op: OpSignal, Signal: name})
 	}
 	for _, root := range orphans {
 		for _, pid := range append(liveDescendants(root), root) {

@@ -97,6 +97,9 @@ type Reply struct {
 	// Accepted, from a keeper to PID 1, says it holds the run, before it starts the command: a keeper that
 	// dies before saying so never started it, and the run goes to a fresh keeper.
 	Accepted bool `json:"accepted,omitempty"`
+	// Idle, from a keeper to PID 1 after a run's final reply, says the run left nothing behind and the keeper
+	// may take another run.
+	Idle bool `json:"idle,omitempty"`
 }
 
 // ProcInfo is a run as PID 1's registry knows it.

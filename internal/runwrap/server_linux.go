@@ -44,8 +44,9 @@ type Supervisor struct {
 	// claimed are direct children that are not keepers: leftovers a run
 	// kept on purpose, or orphans of a killed keeper adopted by its run.
 	claimed map[int]bool
-	// spare is a keeper started ahead of the next run.
-	spare *keeperProc
+	// idle are keepers ready for the next run: started ahead, or back from a run that left nothing behind (at
+	// most maxIdleKeepers).
+	idle []*keeperProc
 	// busy wakes the memory guard when something it guards appears: an idle
 	// sandbox then costs no timer wakeups (each one is costly under gVisor).
 	busy chan struct{}
@@ -95,6 +96,28 @@ type run struct {
 	killO sync.Once
 	// stream carries a foreground run's output to the call following it (under Supervisor.mu).
 	stream *runStream
+	// ctlMu guards telling the keeper about the run (tell); ctlGone once the run ended, when the keeper may
+	// already hold another run.
+	ctlMu   sync.Mutex
+	ctlGone bool
+}
+
+// tell sends req about the run to its keeper, unless the run ended.
+func (r *run) tell(req Request) error {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	if r.ctlGone || r.ctl == nil {
+		return os.ErrClosed
+	}
+	req.ID = r.cfg.ID
+	return WriteFrame(r.ctl, &req)
+}
+
+// endTell stops tell for good: the keeper's next request will be about another run.
+func (r *run) endTell() {
+	r.ctlMu.Lock()
+	r.ctlGone = true
+	r.ctlMu.Unlock()
 }
 
 // lose ends the run as lost: nobody follows it any more.
@@ -135,7 +158,7 @@ const (
 
 // Serve accepts clients until ln is closed.
 func (s *Supervisor) Serve(ln *net.UnixListener) error {
-	go s.refillSpare()
+	go s.refillIdle()
 	var pause time.Duration
 	var failures int
 	var logged time.Time
@@ -381,7 +404,7 @@ func (s *Supervisor) execute(r *run, files []*os.File) {
 		startedOnce()
 		close(r.ended)
 	}()
-	exited, err := s.startKeeper(r, files)
+	k, err := s.startKeeper(r, files)
 	if err != nil {
 		t := Trailer{V: TrailerVersion, ExitCode: -1, OOMKills: -1, WrapperError: err.Error()}
 		r.reply = Reply{Known: true, Done: true, Trailer: &t, Code: ExitWrapperError}
@@ -393,7 +416,7 @@ func (s *Supervisor) execute(r *run, files []*os.File) {
 	go func() {
 		select {
 		case <-r.cancel:
-			_ = WriteFrame(r.ctl, &Request{Op: opCancel})
+			_ = r.tell(Request{Op: opCancel})
 		case <-r.ended:
 		}
 	}()
@@ -417,17 +440,34 @@ func (s *Supervisor) execute(r *run, files []*os.File) {
 		closeAll(files)
 		files = nil
 		repliedOnce()
-		<-exited
-		_ = r.ctl.Close()
+		var idle Reply
+		_ = r.ctl.SetReadDeadline(time.Now().Add(idleWait))
+		reusable := ReadFrame(r.ctl, &idle) == nil && idle.Idle
+		_ = r.ctl.SetReadDeadline(time.Time{})
+		r.endTell()
 		closeAll([]*os.File{r.outR, r.errR}) // a kept leftover's writes fail as they would without us
-		s.adoptOrphans(r.cfg.KeepLeftovers)  // what the keeper left: kept on purpose
+		if reusable {
+			s.recycle(k)
+			return
+		}
+		<-k.exited
+		_ = r.ctl.Close()
+		s.adoptOrphans(r.cfg.KeepLeftovers) // what the keeper left: kept on purpose
 		return
 	}
-	ws := <-exited
+	ws := <-k.exited
+	r.endTell()
 	_ = r.ctl.Close()
 	s.keeperKilled(r, ws)
 	closeAll([]*os.File{r.outR, r.errR})
 }
+
+// idleWait bounds the wait for a keeper's word after its run's final reply: idle (it takes the next run), or
+// its exit.
+const idleWait = 5 * time.Second
+
+// maxIdleKeepers is how many keepers wait for runs at most: enough that a run rarely starts one.
+const maxIdleKeepers = 2
 
 // keeperProc is a started keeper waiting for its run on ctl.
 type keeperProc struct {
@@ -476,39 +516,64 @@ func (s *Supervisor) spawnKeeper() (*keeperProc, error) {
 	return k, nil
 }
 
-// takeKeeper returns the spare keeper if it is alive (a command may have
-// killed it: kill -9 -1), else a new one, and starts the next spare in the
-// background: a run then costs no Go process start on its critical path.
+// takeKeeper returns an idle keeper that is alive and not stopped (a command may have killed or stopped it:
+// kill -9 -1, kill -STOP -1), else a new one; it starts another in the background when none is left idle, so a
+// run costs no process start on its critical path, and, with keepers reused, rarely one at all.
 func (s *Supervisor) takeKeeper() (*keeperProc, error) {
-	s.mu.Lock()
-	k := s.spare
-	s.spare = nil
-	s.mu.Unlock()
-	go s.refillSpare()
-	if k != nil {
-		select {
-		case ws := <-k.exited:
-			k.exited <- ws
-			_ = k.ctl.Close()
-		default:
+	for {
+		s.mu.Lock()
+		var k *keeperProc
+		if n := len(s.idle); n > 0 {
+			k, s.idle = s.idle[n-1], s.idle[:n-1]
+		}
+		empty := len(s.idle) == 0
+		s.mu.Unlock()
+		if empty {
+			go s.refillIdle()
+		}
+		if k == nil {
+			return s.spawnKeeper()
+		}
+		if k.usable() {
 			return k, nil
 		}
+		_ = syscall.Kill(k.pid, syscall.SIGKILL)
+		_ = k.ctl.Close()
 	}
-	return s.spawnKeeper()
 }
 
-func (s *Supervisor) refillSpare() {
+// usable reports whether the keeper can take a run: it has not exited and is not stopped.
+func (k *keeperProc) usable() bool {
+	select {
+	case ws := <-k.exited:
+		k.exited <- ws
+		return false
+	default:
+	}
+	st, ok := readStat(k.pid)
+	return ok && st.state != 'T' && st.state != 't' && st.state != 'Z' && st.state != 'X'
+}
+
+// refillIdle starts a keeper ahead of the next run, unless enough wait already.
+func (s *Supervisor) refillIdle() {
 	k, err := s.spawnKeeper()
 	if err != nil {
 		fmt.Fprintf(s.log, "airlock-init pid1: spare keeper: %v\n", err)
 		return
 	}
+	s.recycle(k)
+}
+
+// recycle lets k wait for the next run, or ends it (its control socket closed: it exits) when enough wait.
+func (s *Supervisor) recycle(k *keeperProc) {
 	s.mu.Lock()
-	old := s.spare
-	s.spare = k
+	keep := len(s.idle) < maxIdleKeepers
+	if keep {
+		s.idle = append(s.idle, k)
+	}
 	s.mu.Unlock()
-	if old != nil { // two refills raced: one spare is enough
-		_ = old.ctl.Close() // its keeper sees EOF and exits
+	if !keep {
+		_ = k.ctl.Close()
 	}
 }
 
@@ -517,7 +582,7 @@ func (s *Supervisor) refillSpare() {
 // the run (a command's kill -9 -1 may have hit it just before: its death is
 // not reaped yet, and the hand-off can still succeed) is replaced by a fresh
 // one: it never started the command.
-func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitStatus, error) {
+func (s *Supervisor) startKeeper(r *run, files []*os.File) (*keeperProc, error) {
 	for attempt := 0; ; attempt++ {
 		k, err := s.takeKeeper()
 		if err != nil {
@@ -534,7 +599,7 @@ func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitS
 			}
 		}
 		if err == nil {
-			return k.exited, nil
+			return k, nil
 		}
 		_ = syscall.Kill(k.pid, syscall.SIGKILL)
 		_ = k.ctl.Close()
@@ -549,7 +614,7 @@ func (s *Supervisor) startKeeper(r *run, files []*os.File) (<-chan syscall.WaitS
 // sendRun hands the keeper its run: the request with the stream, then the
 // command's output pipes, whose read ends we keep a copy of.
 func (s *Supervisor) sendRun(r *run, files []*os.File) error {
-	if err := sendFrameFiles(r.ctl, &r.cfg, files); err != nil {
+	if err := sendFrameFiles(r.ctl, &Request{Op: OpRun, Config: r.cfg}, files); err != nil {
 		return err
 	}
 	outR, outW, err1 := os.Pipe()

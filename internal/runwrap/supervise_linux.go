@@ -30,6 +30,13 @@ type supervisor struct {
 	starter *starter
 
 	stdout, stderr *streamOut
+	stdin          *os.File // nil: none
+	// control is where PID 1's requests about this run arrive (keeperControl); closed channels there mean
+	// PID 1 is gone.
+	control <-chan Request
+	lost    <-chan struct{}
+	// finished is closed once the run ended: watchControl must not outlive it (the keeper takes the next run).
+	finished chan struct{}
 
 	total       atomic.Int64 // stdout+stderr bytes captured
 	timedOut    atomic.Bool
@@ -116,7 +123,7 @@ func (s *supervisor) run(ctl *net.UnixConn) (Trailer, int) {
 	wg.Add(2)
 	go s.copy(&wg, outR, outFile, s.stdout)
 	go s.copy(&wg, errR, errFile, s.stderr)
-	go s.watchControl(ctl)
+	go s.watchControl()
 
 	t := Trailer{OOMKills: -1}
 	if startErr != nil {
@@ -213,26 +220,31 @@ func (s *supervisor) waitCopiers(wg *sync.WaitGroup, outR, errR *os.File, d time
 	}
 }
 
-// watchControl kills the tree when the supervisor cancels the run (the
-// engine lost its stream) or goes away. The client's death is no reason: a
-// command can kill its own client, and the deadline must still hold.
-func (s *supervisor) watchControl(ctl *net.UnixConn) {
+// watchControl acts on PID 1's requests about the run, and kills the tree
+// when PID 1 cancels the run (its caller lost the stream) or goes away. The
+// exec'd client's death is no reason: a command can kill it, and the deadline
+// must still hold.
+func (s *supervisor) watchControl() {
 	for {
-		var req Request
-		err := ReadFrame(ctl, &req)
-		switch {
-		case err == nil && req.Op == opMemoryKill:
-			s.memoryKill(req.Reason)
-			continue
-		case err == nil && req.Op == OpSignal:
-			if sig := signalNumber(req.Signal); sig != 0 {
-				signalTree(os.Getpid(), int(s.pgid.Load()), sig)
+		select {
+		case req := <-s.control:
+			switch req.Op {
+			case opMemoryKill:
+				s.memoryKill(req.Reason)
+				continue
+			case OpSignal:
+				if sig := signalNumber(req.Signal); sig != 0 {
+					signalTree(os.Getpid(), int(s.pgid.Load()), sig)
+				}
+				continue
+			case OpKill:
+				s.killed.Store(true)
+				s.requestKill()
+				continue
 			}
-			continue
-		case err == nil && req.Op == OpKill:
-			s.killed.Store(true)
-			s.requestKill()
-			continue
+		case <-s.lost:
+		case <-s.finished:
+			return
 		}
 		s.streamLost.Store(true)
 		s.requestKill()

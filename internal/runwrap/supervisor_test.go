@@ -207,3 +207,20 @@ func TestAcceptRecoversFromEMFILE(t *testing.T) {
 		t.Fatalf("after the descriptors were freed: %+v %q", rep, r.stdout)
 	}
 }
+
+// A run that leaves nothing behind gives its keeper back for the next run: sequential runs start (almost) no
+// keeper process of their own. Fails with keepers not reused (checked once: a new keeper per run).
+func TestKeepersAreReused(t *testing.T) {
+	seen := map[int]bool{}
+	for range 10 {
+		if r := runWrapper(t, nil, "--", "true"); r.trailer == nil || r.trailer.ExitCode != 0 {
+			t.Fatalf("%+v", r.trailer)
+		}
+		for _, pid := range processesNamed(t, pid1PID, "airlock-init-keeper") {
+			seen[pid] = true
+		}
+	}
+	if len(seen) > 4 {
+		t.Fatalf("%d keepers for 10 runs one after the other, want them reused", len(seen))
+	}
+}
