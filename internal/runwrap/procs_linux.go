@@ -44,8 +44,8 @@ func (s *Supervisor) control(req *Request) *Reply {
 		err = s.signalRun(r, req.Signal)
 	case OpKill:
 		if info.Running {
-			r.killO.Do(func() { close(r.kill) })        // for PID 1, if the keeper is gone
-			_ = r.tell(Request{Op: OpKill}) // the keeper kills the tree with grace
+			r.killO.Do(func() { close(r.kill) }) // for PID 1, if the keeper is gone
+			_ = r.tell(Request{Op: OpKill})      // the keeper kills the tree with grace
 		}
 	}
 	if err != nil {
