@@ -47,6 +47,7 @@ type flags struct {
 	logCommands, devLogs                            bool
 	activityFlush                                   time.Duration
 	mcpSessionTimeout                               time.Duration
+	maxMCPSessions, maxMCPSessionsPerTenant         int
 	sessionIdle                                     time.Duration
 	maxSessions                                     int
 }
@@ -64,7 +65,7 @@ func parseFlags() flags {
 	fs.IntVar(&f.maxSessions, "max-sessions", exec.DefaultMaxSessions, "sessions this replica holds open at most (about 100 KiB each); past it the least recently used idle one closes")
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 60*time.Second, "how long POST /v1/sandboxes waits for Ready before answering with status pending")
 	fs.DurationVar(&f.maxExecTimeout, "max-exec-timeout", time.Hour, "largest timeout_ms a command may ask for")
-	fs.Int64Var(&f.maxBody, "max-body-bytes", 1<<20, "largest JSON request body (exec stdin included); larger is 413")
+	fs.Int64Var(&f.maxBody, "max-body-bytes", 1<<20, "largest JSON request body (exec stdin included) and MCP request (write_file's content included); larger is 413")
 	fs.Int64Var(&f.maxFile, "max-file-bytes", 16<<20, "largest file upload or download; larger is 413")
 	fs.Int64Var(&f.defaultOutput, "default-output-bytes", exec.DefaultKeepBytes, "per-stream output kept inline when neither the request nor the template (outputLimitBytes) sets it")
 	fs.Float64Var(&f.createRate, "create-rate", 1, "sandbox creations per second per API key, over all replicas (see --service-name; token bucket refill; negative disables)")
@@ -81,6 +82,8 @@ func parseFlags() flags {
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running requests may finish")
 	fs.DurationVar(&f.activityFlush, "activity-flush-interval", gateway.DefaultActivityFlushInterval, "at most how often this replica writes one sandbox's status.lastActivityAt after an exec or file transfer; idle expiry (spec.idleTimeout) is precise to it")
 	fs.DurationVar(&f.mcpSessionTimeout, "mcp-session-timeout", gateway.DefaultMCPSessionTimeout, "an MCP session (/mcp) idle this long ends, and its sandbox is deleted")
+	fs.IntVar(&f.maxMCPSessionsPerTenant, "max-mcp-sessions-per-tenant", gateway.DefaultMaxMCPSessionsPerTenant, "MCP sessions one tenant may hold open on this replica; another initialize is 429 too_many_mcp_sessions (negative disables)")
+	fs.IntVar(&f.maxMCPSessions, "max-mcp-sessions", gateway.DefaultMaxMCPSessions, "MCP sessions open on this replica over all tenants, each counted in the memory budget; another initialize is 429 too_many_mcp_sessions (negative disables)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: gateway [flags]\n\nAirlock's HTTP API for agents (see docs/gateway.md). Flags:\n\n")
 		fs.PrintDefaults()
@@ -248,6 +251,7 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 		MaxExecStreams: f.maxExecStreams, Replicas: replicas,
 		MaxInflightBytes: inflight, MaxInflightBytesPerTenant: f.maxInflightPerTenant,
 		LogCommands: f.logCommands, Activity: activity, MCPSessionTimeout: f.mcpSessionTimeout,
+		MaxMCPSessionsPerTenant: f.maxMCPSessionsPerTenant, MaxMCPSessions: f.maxMCPSessions,
 	})
 	if err != nil {
 		return nil, err
