@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -196,5 +198,32 @@ func TestIntegrationMCPSessionsHoldMemory(t *testing.T) {
 		if resp.StatusCode != want || want != http.StatusOK && !strings.Contains(body, CodeOutputBudget) {
 			t.Fatalf("session %d: %d %s, want %d", i+1, resp.StatusCode, body, want)
 		}
+	}
+}
+
+// write_file's content comes in the MCP request, which the SDK holds several times over while it decodes it:
+// the request is bounded like a JSON body (--max-body-bytes, here the default 1 MiB), not like an upload.
+//
+// Fails without the fix (checked): with the request bounded by --max-file-bytes plus --max-body-bytes, the
+// 2 MiB write was taken.
+func TestIntegrationMCPWriteFileIsBoundedLikeABody(t *testing.T) {
+	g := newGateway(t, nil)
+	ns, key := g.tenant(t, 5)
+	wd := t.TempDir()
+	id := g.readySandbox(t, ns, wd)
+	small := strings.Repeat("x", 512<<10)
+	code, res, raw, err := mcpTool(g.http.URL, key, "write_file", map[string]any{"path": "small.txt", "content": small, "sandbox_id": id})
+	if err != nil || res == nil || res.IsError {
+		t.Fatalf("write_file of 512 KiB: %d %+v %s %v", code, res, raw, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(wd, "small.txt")); err != nil || string(b) != small {
+		t.Fatalf("small.txt: %d bytes, %v", len(b), err)
+	}
+	code, _, raw, err = mcpTool(g.http.URL, key, "write_file", map[string]any{"path": "big.txt", "content": strings.Repeat("x", 2<<20), "sandbox_id": id})
+	if err != nil || code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("write_file of 2 MiB: %d %s %v; want 413", code, raw, err)
+	}
+	if _, err := os.Stat(filepath.Join(wd, "big.txt")); err == nil {
+		t.Fatal("big.txt was written")
 	}
 }
