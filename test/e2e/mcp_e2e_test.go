@@ -160,6 +160,14 @@ func TestMCP(t *testing.T) {
 		if _, _, isErr := callTool(t, cs, "read_file", map[string]any{"path": "nope.txt"}); !isErr {
 			t.Error("read_file of a missing file is no tool error")
 		}
+		// A file longer than read_file returns: its start (read with the image's head -c), and what it left out.
+		if _, out, _ := callTool(t, cs, "run_command", map[string]any{"command": `head -c 200000 /dev/zero | tr '\0' x > big.txt`}); out["exit_code"] != float64(0) {
+			t.Fatalf("writing big.txt: %v", out)
+		}
+		if text, out, _ := callTool(t, cs, "read_file", map[string]any{"path": "big.txt"}); out["truncated"] != true || out["bytes"] != float64(200000) ||
+			out["omitted_bytes"] != float64(200000-mcpserver.ReadFileTextLimit) || !strings.Contains(text, "[airlock: 134464 bytes omitted;") {
+			t.Errorf("read_file of 200000 bytes: truncated %v, bytes %v, omitted %v", out["truncated"], out["bytes"], out["omitted_bytes"])
+		}
 
 		// The mapping is on the Sandbox, and there is one sandbox for the session.
 		live := sandboxesOf(t, ns)
