@@ -56,7 +56,7 @@ const ReadFileTextLimit = 64 << 10
 func FitText(b []byte, maxText int, more bool, token func(b []byte, i int) (string, int)) (text string, n int, ok bool) {
 	out := make([]byte, 0, min(len(b), maxText))
 	cost := 0
-	for n < len(b) {
+	for n < len(b) && cost < maxText { // every character costs at least one
 		if token != nil {
 			if t, k := token(b, n); k > 0 {
 				if cost+len(t) > maxText {
