@@ -37,7 +37,7 @@ const activityPatchTimeout = 10 * time.Second
 // Each gateway replica records its own calls: N replicas may each write once per interval. What is pending when
 // the gateway stops is not written; that costs at most an interval of idle time.
 //
-// Callers: exec and file transfers (Begin, in execCommand and fileCall). Anything else that keeps a sandbox in
+// Callers: exec and file transfers (Begin, in runCommand and admitFile). Anything else that keeps a sandbox in
 // use calls Touch; background processes that run with no call in flight are to be renewed that way (issue 9).
 type Activity struct {
 	patch    func(ctx context.Context, key types.NamespacedName, at time.Time) error
