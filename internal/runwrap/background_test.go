@@ -118,3 +118,12 @@ func TestBackgroundTimeout(t *testing.T) {
 }
 
 func killPID(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+// A background command that cannot start is a process that ended at once, with the shell's 127 and why.
+func TestBackgroundStartFailure(t *testing.T) {
+	cfg := Config{ID: nextID(), Keep: DefaultKeep, Argv: []string{"./no-such-program-airlock"}, OutDir: t.TempDir(), Background: true}
+	rep := ctl(t, &Request{Op: OpRun, Config: cfg})
+	if rep.Error != "" || rep.Process == nil || rep.Process.Running || rep.Trailer == nil || rep.Trailer.ExitCode != 127 || rep.Trailer.StartError == "" {
+		t.Fatalf("%+v (process %+v)", rep, rep.Process)
+	}
+}

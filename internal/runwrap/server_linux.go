@@ -316,8 +316,13 @@ func (s *Supervisor) startBackground(req *Request) *Reply {
 	info := r.info
 	s.mu.Unlock()
 	if !info.Running {
-		<-r.replied
-		return &r.reply // it could not start: the outcome says why
+		<-r.ended // it could not start: its outcome says why
+		s.mu.Lock()
+		info = r.info
+		s.mu.Unlock()
+		rep := r.reply
+		rep.Process = &info
+		return &rep
 	}
 	return &Reply{Known: true, Process: &info}
 }
