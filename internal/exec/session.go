@@ -52,7 +52,7 @@ var errHandshake = errors.New("no session with the sandbox's supervisor")
 // ctx's end. Errors that show nothing ran wrap ErrNotStarted (with ErrForbidden or ErrRuntimeStart when that is
 // the cause).
 func (e *Engine) openSession(ctx context.Context, target *Request) (*session, error) {
-	var err error
+	err := ctx.Err()
 	for try := 0; try < handshakeTries && ctx.Err() == nil; try++ {
 		var s *session
 		if s, err = e.openSessionOnce(ctx, target); err == nil || !errors.Is(err, errHandshake) {

@@ -62,7 +62,7 @@ func (p *sessionPool) acquire(ctx context.Context, target *Request) (*session, f
 			e = &pooled{ready: make(chan struct{})}
 			p.byKey[k] = e
 			p.mu.Unlock()
-			p.fill(e, target)
+			go p.fill(e, *target) // every caller, the first too, waits within its own deadline
 		} else {
 			p.mu.Unlock()
 		}
@@ -101,8 +101,8 @@ func (p *sessionPool) acquire(ctx context.Context, target *Request) (*session, f
 
 // fill opens e's session. Its life is the pool's, not the first caller's: it is bounded by the handshake and
 // the open's own timeouts, not by one call's context.
-func (p *sessionPool) fill(e *pooled, target *Request) {
-	s, err := p.open(context.Background(), target)
+func (p *sessionPool) fill(e *pooled, target Request) {
+	s, err := p.open(context.Background(), &target)
 	p.mu.Lock()
 	e.s, e.err, e.lastUsed = s, err, time.Now()
 	p.mu.Unlock()

@@ -197,10 +197,18 @@ func lastEnv(env []string, key string) string {
 	return ""
 }
 
-// startFailure maps a start error to a shell-like exit code and message.
+// startFailure maps a start error to a shell-like exit code and message. The message quotes the program, which
+// may be as long as the request: it is cut, since every later process list of the sandbox carries it.
 func startFailure(err error) (int, string) {
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) && !strings.Contains(err.Error(), "chdir") {
-		return 127, err.Error()
+	msg := err.Error()
+	if len(msg) > maxStartError {
+		msg = msg[:maxStartError] + fmt.Sprintf("… (%d bytes cut)", len(msg)-maxStartError)
 	}
-	return 126, err.Error()
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) && !strings.Contains(err.Error(), "chdir") {
+		return 127, msg
+	}
+	return 126, msg
 }
+
+// maxStartError bounds a start failure's message.
+const maxStartError = 1 << 10
