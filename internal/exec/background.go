@@ -34,7 +34,7 @@ func (e *Engine) StartBackground(ctx context.Context, req Request) (*runwrap.Pro
 	}
 	wc := wrapperConfig(&req, id, req.Timeout, e.opts.Grace, e.opts.OutDir)
 	wc.Background, wc.NoStdin = true, false
-	rep, err := e.exchange(ctx, &req, &runwrap.Request{Op: runwrap.OpRun, Config: wc})
+	rep, err := e.exchange(ctx, &req, &runwrap.Request{Op: runwrap.OpRun, Config: wc, ReserveReply: req.ReserveReply})
 	if err != nil {
 		return nil, err
 	}

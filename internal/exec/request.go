@@ -52,6 +52,9 @@ type Request struct {
 	// MaxOutputBytes, if > 0, is a hard cap on stdout+stderr bytes: the
 	// wrapper kills the command once it is exceeded (outcome output_limit).
 	MaxOutputBytes int64
+	// ReserveReply, for StartBackground, is called with the length of PID 1's
+	// reply before it is read (runwrap.Request.ReserveReply).
+	ReserveReply func(n int) error
 	// KeepBackground leaves processes the command started in the background
 	// running after it exits (their output must go to files). By default they
 	// are killed. On timeout, output limit or stream loss everything is killed.

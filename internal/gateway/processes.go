@@ -125,7 +125,7 @@ func (s *Server) startBackgroundSlot(w http.ResponseWriter, r *http.Request, p a
 }
 
 // startBackground answers an exec with "background": true: 202 once the command runs in the sandbox. mem, which
-// holds callOverhead, counts the reply to stdin given at start before it is read.
+// holds callOverhead, counts the start's reply, and the reply to stdin given at start, before each is read.
 func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, p auth.Principal, sb *airlockv1.Sandbox, req *ExecRequest, mem *reservation) {
 	pc, ok := s.processes(w)
 	if !ok {
@@ -133,6 +133,7 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, p auth.
 	}
 	xr := s.execRequest(r.Context(), sb, req)
 	xr.Timeout, xr.StdinReader = 0, nil // no default timeout: the sandbox's expiry ends it
+	xr.ReserveReply = func(n int) error { return asError(mem.resize(callOverhead + replyCost(n))) }
 	if req.TimeoutMS != nil {
 		xr.Timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
 	}
