@@ -56,22 +56,6 @@ func TestReadJSONRejectsTrailingData(t *testing.T) {
 	}
 }
 
-// An env that cannot fit the exec URL is bad input naming env, not a failure to start the command.
-func TestExecEnvTooLargeForURL(t *testing.T) {
-	h := unitServer(t)
-	env := map[string]string{}
-	for i := range 12 {
-		env[fmt.Sprintf("V%d", i)] = strings.Repeat("%", 30<<10) // 3 bytes each once URL-encoded
-	}
-	b, err := json.Marshal(map[string]any{"command": "true", "env": env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, body := call(t, h, "POST", "/v1/sandboxes/sbx-a/exec", string(b)); code != 400 || errField(body) != "env" {
-		t.Fatalf("%d %v, want 400 naming env", code, body)
-	}
-}
-
 func TestByteBudget(t *testing.T) {
 	b := newByteBudget(100, 60)
 	a1, e := b.reserve("a", 50)

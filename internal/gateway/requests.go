@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 
@@ -64,14 +63,11 @@ const (
 	maxMetadataKey    = 63
 	maxMetadataValue  = 256
 	maxArgv           = 4096
-	maxCommandBytes   = 64 << 10 // the command travels in the exec URL
+	maxCommandBytes   = 64 << 10 // a longer script belongs on stdin
 	MinOutputBytes    = 256
 	// MaxInlineOutput caps max_output_bytes: what a model can use inline is far less, and every call reserves
 	// its worst case from the gateway's memory budget (execCost). The full output stays in the sandbox's file.
 	MaxInlineOutput = 1 << 20
-	// maxExecURLBytes bounds the URL-encoded command, cwd and env, which travel in the pods/exec URL: the API
-	// server and kubelet refuse request lines over 1 MiB, and proxies often far less.
-	maxExecURLBytes    = 256 << 10
 	DefaultExecTimeout = 60_000 // ms
 )
 
@@ -277,9 +273,6 @@ func (x *ExecRequest) validate(maxTimeoutMS int64) *Error {
 	if e := validateEnv("env", x.Env, sandbox.CheckCommandEnvName); e != nil {
 		return e
 	}
-	if e := x.checkURLSize(); e != nil {
-		return e
-	}
 	if x.TimeoutMS != nil && (*x.TimeoutMS < 1 || *x.TimeoutMS > maxTimeoutMS) {
 		return badField("timeout_ms", "must be between 1 and %d", maxTimeoutMS)
 	}
@@ -292,25 +285,3 @@ func (x *ExecRequest) validate(maxTimeoutMS int64) *Error {
 	return nil
 }
 
-// checkURLSize rejects a command line that cannot fit the exec URL, naming env when env makes it so.
-func (x *ExecRequest) checkURLSize() *Error {
-	// Each value becomes "&command=" + the escaped value; env entries are "--env", "K=V".
-	arg := func(v string) int { return len("&command=") + len(url.QueryEscape(v)) }
-	cmd := arg(x.Command) + arg(x.Cwd)
-	for _, a := range x.Argv {
-		cmd += arg(a)
-	}
-	env := 0
-	for k, v := range x.Env {
-		env += arg("--env") + arg(k+"="+v)
-	}
-	if cmd+env <= maxExecURLBytes {
-		return nil
-	}
-	field := "env"
-	if cmd > maxExecURLBytes || env == 0 {
-		field = "command"
-	}
-	return badField(field, "command, argv, cwd and env travel in the exec request's URL, limited to %d bytes URL-encoded; "+
-		"this one needs %d (command %d, env %d): pass large values on stdin or in a file", maxExecURLBytes, cmd+env, cmd, env)
-}
