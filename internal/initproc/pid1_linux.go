@@ -55,7 +55,7 @@ func PID1(args []string, stderr io.Writer) int {
 	if os.Getpid() != 1 {
 		// Not fatal (e.g. a shared process namespace): orphans then go to the real PID 1.
 		fmt.Fprintln(stderr, "airlock-init pid1: warning: not running as PID 1; orphans are reaped only if re-parented here")
-		_ = setChildSubreaper()
+		_ = runwrap.BecomeSubreaper()
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		fmt.Fprintf(stderr, "airlock-init pid1: PR_SET_DUMPABLE: %v\n", err)
@@ -154,15 +154,6 @@ func attest(log io.Writer, id *pid1link.Identity, g *gateConfig, seen *gateResul
 	}
 	if _, err := log.Write(line); err != nil {
 		return fmt.Errorf("write attestation: %w", err)
-	}
-	return nil
-}
-
-func setChildSubreaper() error {
-	const prSetChildSubreaper = 36
-	_, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
-	if errno != 0 {
-		return errno
 	}
 	return nil
 }

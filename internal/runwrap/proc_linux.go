@@ -12,9 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// becomeSubreaper makes orphaned descendants re-parent to us instead of PID 1,
+// BecomeSubreaper makes orphaned descendants re-parent to us instead of PID 1,
 // which keeps processes that setsid() or double-fork inside our tree.
-func becomeSubreaper() error {
+func BecomeSubreaper() error {
 	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 }
 

@@ -71,7 +71,7 @@ func (s *supervisor) requestKill() {
 // run runs the command and returns its trailer and the exit code the client
 // reports.
 func (s *supervisor) run(ctl *net.UnixConn) (Trailer, int) {
-	if err := becomeSubreaper(); err != nil {
+	if err := BecomeSubreaper(); err != nil {
 		// Without it, escaped processes re-parent to PID 1 and are missed.
 		return s.wrapperError(fmt.Errorf("become subreaper: %w", err))
 	}
