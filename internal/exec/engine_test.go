@@ -108,7 +108,7 @@ func TestEngineSignalAndOutputLimit(t *testing.T) {
 	if res.Outcome != OutcomeSignal || res.Signal != "SIGTERM" || res.ExitCode != -1 {
 		t.Fatalf("signal: %+v", res)
 	}
-	res = env.run(t, Request{Argv: []string{"yes"}, MaxOutputBytes: 1 << 20})
+	res = env.run(t, Request{Argv: []string{"yes"}, KillAfterOutputBytes: 1 << 20})
 	if res.Outcome != OutcomeOutputLimit || res.StdoutBytes != 1<<20 || !res.Truncated {
 		t.Fatalf("output limit: %+v", res.Truncation)
 	}

@@ -49,9 +49,10 @@ type Request struct {
 	// HeadBytes is the part of KeepBytes taken from the start (default
 	// min(1 KiB, KeepBytes/4)); negative keeps no head.
 	HeadBytes int
-	// MaxOutputBytes, if > 0, is a hard cap on stdout+stderr bytes: the
-	// wrapper kills the command once it is exceeded (outcome output_limit).
-	MaxOutputBytes int64
+	// KillAfterOutputBytes, if > 0, is a hard cap on stdout+stderr bytes:
+	// PID 1 kills the command once it is exceeded (outcome output_limit).
+	// (KeepBytes is what comes back inline; this is what the command may write.)
+	KillAfterOutputBytes int64
 	// ReserveReply, for StartBackground, is called with the length of PID 1's
 	// reply before it is read (runwrap.Request.ReserveReply).
 	ReserveReply func(n int) error
@@ -115,8 +116,8 @@ func (r *Request) validate() error {
 	if r.KeepBytes != 0 && r.KeepBytes < MinKeepBytes {
 		errs = append(errs, "keep bytes must be 0 (default) or at least "+strconv.Itoa(MinKeepBytes))
 	}
-	if r.MaxOutputBytes < 0 {
-		errs = append(errs, "max output bytes must not be negative")
+	if r.KillAfterOutputBytes < 0 {
+		errs = append(errs, "kill-after output bytes must not be negative")
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidRequest, strings.Join(errs, "; "))
@@ -163,7 +164,7 @@ func wrapperConfig(r *Request, id string, timeout, grace time.Duration, outDir s
 	c := runwrap.Config{
 		ID: id, Timeout: timeout, Grace: grace, StallTimeout: runwrap.DefaultStallTimeout,
 		Cwd: r.Cwd, Shell: r.Shell, Argv: r.Argv, NoStdin: !r.hasStdin(), OutDir: outDir, Keep: runwrap.DefaultKeep,
-		MaxOutput: r.MaxOutputBytes, KeepLeftovers: r.KeepBackground,
+		KillAfterOutputBytes: r.KillAfterOutputBytes, KeepLeftovers: r.KeepBackground,
 	}
 	keys := make([]string, 0, len(r.Env))
 	for k := range r.Env {

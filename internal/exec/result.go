@@ -21,7 +21,7 @@ const (
 	// wrapper saw the cgroup's oom_kill counter grow, or the OOMChecker found
 	// the container OOM-killed).
 	OutcomeOOM Outcome = "oom"
-	// OutcomeOutputLimit: stdout+stderr exceeded Request.MaxOutputBytes and
+	// OutcomeOutputLimit: stdout+stderr exceeded Request.KillAfterOutputBytes and
 	// the wrapper killed the tree.
 	OutcomeOutputLimit Outcome = "output_limit"
 	// OutcomeSandboxLost: no trailer arrived: the stream broke, the container

@@ -197,7 +197,7 @@ func (s *Server) execRequest(ctx context.Context, sb *airlockv1.Sandbox, req *Ex
 		xr.KeepBytes = int(*req.MaxOutputBytes)
 	}
 	if req.KillAfterOutputBytes != nil {
-		xr.MaxOutputBytes = *req.KillAfterOutputBytes
+		xr.KillAfterOutputBytes = *req.KillAfterOutputBytes
 	}
 	return xr
 }

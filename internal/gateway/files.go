@@ -76,7 +76,7 @@ func (s *Server) streamTool(ctx context.Context, sb *airlockv1.Sandbox, argv []s
 	var consumerErr error
 	req := s.target(sb)
 	req.Argv, req.Cwd, req.StdinReader, req.Timeout = argv, workingDir(sb), stdin, fileOpTimeout
-	req.KeepBytes, req.MaxOutputBytes = exec.MinKeepBytes, limit+64<<10
+	req.KeepBytes, req.KillAfterOutputBytes = exec.MinKeepBytes, limit+64<<10
 	res, err := s.opts.Engine.Stream(ctx, req, func(c exec.Chunk) error {
 		if c.Stream != "stdout" {
 			return nil

@@ -21,19 +21,21 @@ const (
 type Config struct {
 	// ID names the run in the supervisor's registry (its outcome can be read
 	// back with OpStatus): 16-128 characters of [A-Za-z0-9_-].
-	ID            string        `json:"id"`
-	Timeout       time.Duration `json:"timeout"`
-	Grace         time.Duration `json:"grace"`
-	StallTimeout  time.Duration `json:"stall_timeout"`
-	Cwd           string        `json:"cwd,omitempty"`
-	Env           []string      `json:"env,omitempty"`
-	Shell         string        `json:"shell,omitempty"`
-	Argv          []string      `json:"argv,omitempty"`
-	NoStdin       bool          `json:"no_stdin,omitempty"`
-	OutDir        string        `json:"out_dir,omitempty"`
-	Keep          int           `json:"keep"`
-	MaxOutput     int64         `json:"max_output,omitempty"`
-	KeepLeftovers bool          `json:"keep_leftovers,omitempty"`
+	ID           string        `json:"id"`
+	Timeout      time.Duration `json:"timeout"`
+	Grace        time.Duration `json:"grace"`
+	StallTimeout time.Duration `json:"stall_timeout"`
+	Cwd          string        `json:"cwd,omitempty"`
+	Env          []string      `json:"env,omitempty"`
+	Shell        string        `json:"shell,omitempty"`
+	Argv         []string      `json:"argv,omitempty"`
+	NoStdin      bool          `json:"no_stdin,omitempty"`
+	OutDir       string        `json:"out_dir,omitempty"`
+	Keep         int           `json:"keep"`
+	// KillAfterOutputBytes, if > 0, kills the command once stdout and stderr
+	// together exceed it (outcome output_limit).
+	KillAfterOutputBytes int64 `json:"kill_after_output_bytes,omitempty"`
+	KeepLeftovers        bool  `json:"keep_leftovers,omitempty"`
 	// ReattachGrace is how long a foreground run outlives its call's broken
 	// stream for the caller to attach again (0: DefaultReattachGrace; at
 	// most MaxReattachGrace); its own deadline still holds.
@@ -59,8 +61,8 @@ func (c *Config) validate() error {
 		return errors.New("durations must not be negative")
 	case c.Keep < 1 || c.Keep > 10000:
 		return errors.New("--keep: want 1..10000")
-	case c.MaxOutput < 0:
-		return errors.New("--max-output must not be negative")
+	case c.KillAfterOutputBytes < 0:
+		return errors.New("kill_after_output_bytes must not be negative")
 	case c.Shell != "" && len(c.Argv) > 0:
 		return errors.New("give either --shell or an argv, not both")
 	case c.Shell == "" && len(c.Argv) == 0:

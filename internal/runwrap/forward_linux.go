@@ -48,8 +48,8 @@ func (f *forwarder) copy(src, dst *os.File, count *atomic.Int64, cfg Config) {
 	for {
 		n, err := src.Read(buf)
 		data := buf[:n]
-		if cfg.MaxOutput > 0 && n > 0 {
-			if over := f.total.Add(int64(n)) - cfg.MaxOutput; over > 0 {
+		if cfg.KillAfterOutputBytes > 0 && n > 0 {
+			if over := f.total.Add(int64(n)) - cfg.KillAfterOutputBytes; over > 0 {
 				data = data[:max(0, int64(n)-over)]
 				f.overOnce.Do(func() { close(f.over) })
 			}

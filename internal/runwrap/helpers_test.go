@@ -358,7 +358,7 @@ func ParseArgs(args []string) (Config, error) {
 	fs.BoolVar(&c.NoStdin, "no-stdin", false, "give the command /dev/null as stdin")
 	fs.StringVar(&c.OutDir, "out-dir", "", "where full outputs are kept (default $HOME/.airlock/out)")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "how many past outputs to keep")
-	fs.Int64Var(&c.MaxOutput, "max-output", 0, "kill the command once stdout+stderr exceed this many bytes (0: no limit)")
+	fs.Int64Var(&c.KillAfterOutputBytes, "max-output", 0, "kill the command once stdout+stderr exceed this many bytes (0: no limit)")
 	fs.BoolVar(&c.KeepLeftovers, "keep-leftovers", false, "do not kill processes left behind by a command that exited on its own")
 	if err := fs.Parse(args); err != nil {
 		return c, fmt.Errorf("parse flags: %w", err)

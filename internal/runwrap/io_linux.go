@@ -71,7 +71,7 @@ func (s *supervisor) copy(wg *sync.WaitGroup, src, file *os.File, dst *streamOut
 	for {
 		n, err := src.Read(buf)
 		data := buf[:n]
-		if limit := s.cfg.MaxOutput; limit > 0 && n > 0 {
+		if limit := s.cfg.KillAfterOutputBytes; limit > 0 && n > 0 {
 			if over := s.total.Add(int64(n)) - limit; over > 0 {
 				data = data[:max(0, int64(n)-over)]
 				if s.outputLimit.CompareAndSwap(false, true) {
