@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
+	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
 )
 
@@ -68,6 +69,7 @@ func (s *Server) createSandbox(ctx context.Context, p auth.Principal, req *Creat
 	s.audit(sb, reasonCreated, "Create", "created through the gateway by key %s", p.KeyID)
 	if req.Wait == nil || *req.Wait {
 		sb = s.waitReady(ctx, sb)
+		s.warm(sb)
 	}
 	v := viewOf(sb, time.Now())
 	return &v, nil
@@ -130,4 +132,17 @@ func (s *Server) sandboxByID(ctx context.Context, p auth.Principal, id string) (
 		return nil, e
 	}
 	return s.lookup(ctx, s.opts.Client, p, id)
+}
+
+// Warmer opens a sandbox's session ahead of its first command; *exec.Engine is one.
+type Warmer interface {
+	Warm(target exec.Request)
+}
+
+// warm opens a Ready sandbox's session in the background as its create answers, so that its first command
+// (an agent's next call) finds it open.
+func (s *Server) warm(sb *airlockv1.Sandbox) {
+	if w, ok := s.opts.Engine.(Warmer); ok && sb.Status.Phase == airlockv1.PhaseReady {
+		w.Warm(s.target(sb))
+	}
 }
