@@ -67,7 +67,7 @@ const (
 	MinOutputBytes    = 256
 	// MaxInlineOutput caps max_output_bytes: what a model can use inline is far less, and every call reserves
 	// its worst case from the gateway's memory budget (execCost). The full output stays in the sandbox's file.
-	MaxInlineOutput = 1 << 20
+	MaxInlineOutput    = 1 << 20
 	DefaultExecTimeout = 60_000 // ms
 )
 
@@ -284,4 +284,3 @@ func (x *ExecRequest) validate(maxTimeoutMS int64) *Error {
 	}
 	return nil
 }
-
