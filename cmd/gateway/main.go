@@ -30,9 +30,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 type flags struct {
@@ -61,13 +61,13 @@ func parseFlags() flags {
 	fs.StringVar(&f.keyNamespace, "key-namespace", "airlock-keys", "namespace of the API key Secrets: one that holds nothing else, since the gateway may read every Secret in it")
 	fs.StringVar(&f.defaultTemplate, "default-template", "python-node", "SandboxTemplate used when a create request names none (it must exist in each tenant namespace)")
 	fs.StringVar(&f.protocol, "exec-protocol", "auto", "pods/exec transport: auto (WebSocket, falling back to SPDY), spdy or websocket")
-	fs.DurationVar(&f.sessionIdle, "session-idle", exec.DefaultSessionIdle, "how long a sandbox's session (one exec held open, which carries all its calls) stays open unused")
-	fs.IntVar(&f.maxSessions, "max-sessions", exec.DefaultMaxSessions, "sessions this replica holds open at most (about 100 KiB each); past it the least recently used idle one closes")
+	fs.DurationVar(&f.sessionIdle, "session-idle", podexec.DefaultSessionIdle, "how long a sandbox's session (one exec held open, which carries all its calls) stays open unused")
+	fs.IntVar(&f.maxSessions, "max-sessions", podexec.DefaultMaxSessions, "sessions this replica holds open at most (about 100 KiB each); past it the least recently used idle one closes")
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 60*time.Second, "how long POST /v1/sandboxes waits for Ready before answering with status pending")
 	fs.DurationVar(&f.maxExecTimeout, "max-exec-timeout", time.Hour, "largest timeout_ms a command may ask for")
 	fs.Int64Var(&f.maxBody, "max-body-bytes", 1<<20, "largest JSON request body (exec stdin included) and MCP request (write_file's content included); larger is 413")
 	fs.Int64Var(&f.maxFile, "max-file-bytes", 16<<20, "largest file upload or download; larger is 413")
-	fs.Int64Var(&f.defaultOutput, "default-output-bytes", exec.DefaultKeepBytes, "per-stream output kept inline when neither the request nor the template (outputLimitBytes) sets it")
+	fs.Int64Var(&f.defaultOutput, "default-output-bytes", podexec.DefaultKeepBytes, "per-stream output kept inline when neither the request nor the template (outputLimitBytes) sets it")
 	fs.Float64Var(&f.createRate, "create-rate", 1, "sandbox creations per second per API key, over all replicas (see --service-name; token bucket refill; negative disables)")
 	fs.IntVar(&f.createBurst, "create-burst", 10, "token bucket size for sandbox creations per API key, over all replicas (each keeps its share, rounded down, at least 1)")
 	fs.IntVar(&f.maxExecs, "max-concurrent-execs", 20, "commands and file transfers in flight per tenant, over all replicas (see --service-name); more is 429 too_many_concurrent_execs (negative disables)")
@@ -214,9 +214,9 @@ func build(ctx context.Context, cfg *rest.Config, f flags, log logr.Logger) (*ga
 		return nil, errors.New("sandbox cache did not sync")
 	}
 
-	engine, err := exec.New(cfg, exec.Options{
-		Protocol: exec.Protocol(f.protocol),
-		OOMChecker: exec.PodOOMChecker(func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	engine, err := podexec.New(cfg, podexec.Options{
+		Protocol: podexec.Protocol(f.protocol),
+		OOMChecker: podexec.PodOOMChecker(func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 			return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		}),
 		SessionIdle: f.sessionIdle, MaxSessions: f.maxSessions,

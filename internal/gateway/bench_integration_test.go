@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -18,14 +18,14 @@ func BenchmarkExecTrue(b *testing.B) {
 	g := newGateway(b, func(o *Options) { o.MaxExecsPerTenant = -1 })
 	ns, key := g.tenant(b, 20)
 	id := g.readySandbox(b, ns, b.TempDir())
-	engine, err := exec.New(g.exec.RESTConfig(), exec.Options{})
+	engine, err := podexec.New(g.exec.RESTConfig(), podexec.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Run("engine", func(b *testing.B) {
 		for b.Loop() {
-			res, err := engine.Run(context.Background(), exec.Request{Namespace: ns, Pod: id, Container: sandbox.ContainerName, Argv: []string{"true"}})
-			if err != nil || res.Outcome != exec.OutcomeExited {
+			res, err := engine.Run(context.Background(), podexec.Request{Namespace: ns, Pod: id, Container: sandbox.ContainerName, Argv: []string{"true"}})
+			if err != nil || res.Outcome != podexec.OutcomeExited {
 				b.Fatalf("%v %+v", err, res)
 			}
 		}

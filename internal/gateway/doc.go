@@ -5,6 +5,6 @@
 // The REST handlers and MCP's tools (/mcp) call one service layer (service*.go), which holds the rules: tenancy,
 // rates, slots, the memory budget, audit, activity and the masking of scoped secrets.
 //
-// Commands go through internal/exec (pods/exec plus the in-sandbox wrapper); nothing runs in the image but
+// Commands go through internal/podexec (pods/exec plus the in-sandbox wrapper); nothing runs in the image but
 // the wrapper and, for files, a few standard tools (see files.go).
 package gateway

@@ -27,9 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/admin"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/podexec"
 	"airlock.dev/airlock/internal/testutil/execserver"
 )
 
@@ -138,9 +138,9 @@ func newGateway(tb testing.TB, mutate func(*Options)) *gw {
 	// The exec server runs commands on this machine: HOME (where the wrapper keeps full outputs) and the
 	// default directory are temporary, never the host's.
 	home := tb.TempDir()
-	g.exec = execserver.Start(execserver.Options{Rewrite: map[string]string{exec.DefaultWrapperPath: wrapper(tb)},
+	g.exec = execserver.Start(execserver.Options{Rewrite: map[string]string{podexec.DefaultWrapperPath: wrapper(tb)},
 		Supervisor: wrapper(tb), Env: []string{"HOME=" + home}, Dir: home})
-	engine, err := exec.New(g.exec.RESTConfig(), exec.Options{})
+	engine, err := podexec.New(g.exec.RESTConfig(), podexec.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
 	"airlock.dev/airlock/internal/pid1link"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // ExecResponse is the result of a command. exit_code, duration_ms, stdout, stderr and truncated keep the
@@ -50,8 +50,8 @@ type StreamTruncation struct {
 }
 
 // responseOf is the API's view of a result; err, if any, says why the call was cut short.
-func responseOf(res *exec.Result, err error) ExecResponse {
-	st := func(t exec.StreamTruncation) StreamTruncation {
+func responseOf(res *podexec.Result, err error) ExecResponse {
+	st := func(t podexec.StreamTruncation) StreamTruncation {
 		return StreamTruncation{Truncated: t.Truncated, KeptBytes: t.KeptBytes, OmittedBytes: t.OmittedBytes, FullOutputPath: t.FullOutputPath}
 	}
 	r := ExecResponse{
@@ -175,7 +175,7 @@ func (s *Server) readySandbox(ctx context.Context, p auth.Principal, id string) 
 }
 
 // execRequest turns the API request into the engine's, with the sandbox's defaults.
-func (s *Server) execRequest(ctx context.Context, sb *airlockv1.Sandbox, req *ExecRequest) exec.Request {
+func (s *Server) execRequest(ctx context.Context, sb *airlockv1.Sandbox, req *ExecRequest) podexec.Request {
 	wd := workingDir(sb)
 	xr := s.target(sb)
 	xr.Argv, xr.Shell, xr.Cwd, xr.Env = req.Argv, req.Command, wd, s.execEnv(ctx, sb, req.Env)
@@ -222,7 +222,7 @@ func (s *Server) outputBudget(ctx context.Context, sb *airlockv1.Sandbox) int64 
 	return s.opts.DefaultOutputBytes
 }
 
-func (s *Server) observeExec(p auth.Principal, res *exec.Result) {
+func (s *Server) observeExec(p auth.Principal, res *podexec.Result) {
 	s.metrics.execDuration.WithLabelValues(string(res.Outcome)).Observe(res.Duration.Seconds())
 	s.metrics.execs.WithLabelValues(p.Tenant, string(res.Outcome)).Inc()
 	s.metrics.outputBytes.WithLabelValues(p.Tenant, "stdout").Add(float64(res.StdoutBytes))
@@ -233,25 +233,25 @@ func (s *Server) observeExec(p auth.Principal, res *exec.Result) {
 // an operator needs when the gateway's own permissions are wrong.
 func (s *Server) execError(err error, ns string) *Error {
 	switch {
-	case errors.Is(err, exec.ErrInvalidRequest):
+	case errors.Is(err, podexec.ErrInvalidRequest):
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: err.Error()}
-	case errors.Is(err, exec.ErrForbidden):
+	case errors.Is(err, podexec.ErrForbidden):
 		s.opts.Logger.Error(err, "the gateway may not exec into sandbox pods: grant its ServiceAccount pods/exec (get, create) in this namespace (config/gateway/rbac.yaml)", "namespace", ns)
 		return &Error{Status: http.StatusInternalServerError, Code: CodeMisconfigured, cause: err,
 			Message: "the gateway is not allowed to run commands in namespace " + ns + " (RBAC: pods/exec get and create); an operator must fix the gateway's role; the command did not run"}
-	case errors.Is(err, exec.ErrRuntimeStart):
+	case errors.Is(err, podexec.ErrRuntimeStart):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: time.Second,
 			Message: "the node's container runtime could not start the command (it did not run; the node may be overloaded): " + err.Error()}
-	case errors.Is(err, exec.ErrNoSupervisorKey):
+	case errors.Is(err, podexec.ErrNoSupervisorKey):
 		return &Error{Status: http.StatusConflict, Code: CodeNotReady,
 			Message: "the sandbox's supervisor has no attested key in its status (a sandbox made before this release: recreate it); the command did not run"}
 	case errors.Is(err, pid1link.ErrWrongKey):
 		s.opts.Logger.Error(err, "a sandbox's supervisor did not prove the key its status records", "namespace", ns)
 		return &Error{Status: http.StatusBadGateway, Code: CodeUnavailable, RetryAfter: time.Second,
 			Message: "the sandbox did not prove the supervisor key recorded for it; the command did not run"}
-	case errors.Is(err, exec.ErrNotStarted) && isNetError(err):
+	case errors.Is(err, podexec.ErrNotStarted) && isNetError(err):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: retryAfterBudget, Message: "the cluster is unreachable; the command did not run"}
-	case errors.Is(err, exec.ErrNotStarted):
+	case errors.Is(err, podexec.ErrNotStarted):
 		return &Error{Status: http.StatusConflict, Code: CodeNotReady, Message: "the command could not be started in the sandbox (its pod may be gone); it did not run"}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "request ended before the command started"}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 	"airlock.dev/airlock/internal/testutil/execserver"
 )
 
@@ -83,7 +83,7 @@ func (r *execRouter) serveExec(w http.ResponseWriter, req *http.Request) {
 func startNode(tb testing.TB) *execserver.Server {
 	tb.Helper()
 	home := tb.TempDir()
-	s := execserver.Start(execserver.Options{Rewrite: map[string]string{exec.DefaultWrapperPath: wrapper(tb)},
+	s := execserver.Start(execserver.Options{Rewrite: map[string]string{podexec.DefaultWrapperPath: wrapper(tb)},
 		Supervisor: wrapper(tb), Env: []string{"HOME=" + home}, Dir: home})
 	tb.Cleanup(s.Close)
 	return s

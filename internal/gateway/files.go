@@ -38,8 +38,8 @@ import (
 	"time"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 const (
@@ -72,12 +72,12 @@ func (s *Server) runTool(ctx context.Context, sb *airlockv1.Sandbox, argv []stri
 }
 
 // streamTool runs argv in the sandbox, passing its stdout (at most limit bytes, else 413) to onStdout.
-func (s *Server) streamTool(ctx context.Context, sb *airlockv1.Sandbox, argv []string, stdin io.Reader, limit int64, onStdout func([]byte) error) (*exec.Result, *Error) {
+func (s *Server) streamTool(ctx context.Context, sb *airlockv1.Sandbox, argv []string, stdin io.Reader, limit int64, onStdout func([]byte) error) (*podexec.Result, *Error) {
 	var consumerErr error
 	req := s.target(sb)
 	req.Argv, req.Cwd, req.StdinReader, req.Timeout = argv, workingDir(sb), stdin, fileOpTimeout
-	req.KeepBytes, req.KillAfterOutputBytes = exec.MinKeepBytes, limit+64<<10
-	res, err := s.opts.Engine.Stream(ctx, req, func(c exec.Chunk) error {
+	req.KeepBytes, req.KillAfterOutputBytes = podexec.MinKeepBytes, limit+64<<10
+	res, err := s.opts.Engine.Stream(ctx, req, func(c podexec.Chunk) error {
 		if c.Stream != "stdout" {
 			return nil
 		}
@@ -85,13 +85,13 @@ func (s *Server) streamTool(ctx context.Context, sb *airlockv1.Sandbox, argv []s
 		return consumerErr
 	})
 	switch {
-	case errors.Is(consumerErr, errTooBig) || (res != nil && res.Outcome == exec.OutcomeOutputLimit):
+	case errors.Is(consumerErr, errTooBig) || (res != nil && res.Outcome == podexec.OutcomeOutputLimit):
 		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: fmt.Sprintf("file is larger than the limit of %d bytes", s.opts.MaxFileBytes)}
 	case consumerErr != nil:
 		return nil, &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: "file transfer did not complete: " + consumerErr.Error(), cause: consumerErr}
 	case err != nil && res == nil:
 		return nil, s.execError(err, sb.Namespace)
-	case err != nil || res.Outcome != exec.OutcomeExited:
+	case err != nil || res.Outcome != podexec.OutcomeExited:
 		return nil, &Error{Status: http.StatusBadGateway, Code: CodeSandboxLost, Message: "file transfer did not complete: " + string(res.Outcome) + " " + res.Detail}
 	case res.ExitCode == 127 || res.ExitCode == 126:
 		return nil, &Error{Status: http.StatusConflict, Code: CodeImageTools, Message: fmt.Sprintf("the sandbox image cannot run %q, which file transfer needs (GNU coreutils or BusyBox)", argv[0])}

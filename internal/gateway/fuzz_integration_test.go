@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 	"airlock.dev/airlock/internal/testutil/execserver"
 )
 
@@ -99,9 +99,9 @@ func newFuzzGateway(f *testing.F) *fuzzGateway {
 		}
 	}
 	confined := confinedWrapper(f, root, wrapper(f))
-	xs := execserver.Start(execserver.Options{Rewrite: map[string]string{exec.DefaultWrapperPath: confined},
+	xs := execserver.Start(execserver.Options{Rewrite: map[string]string{podexec.DefaultWrapperPath: confined},
 		Supervisor: confined, Env: []string{"HOME=" + home}, Dir: home})
-	engine, err := exec.New(xs.RESTConfig(), exec.Options{})
+	engine, err := podexec.New(xs.RESTConfig(), podexec.Options{})
 	if err != nil {
 		xs.Close()
 		f.Fatal(err)

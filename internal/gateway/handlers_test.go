@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // oneKey accepts a single key; the real Store is covered by the integration tests.
@@ -30,7 +30,7 @@ func (k oneKey) Authenticate(_ context.Context, key string) (auth.Principal, err
 
 type noEngine struct{}
 
-func (noEngine) Stream(context.Context, exec.Request, func(exec.Chunk) error) (*exec.Result, error) {
+func (noEngine) Stream(context.Context, podexec.Request, func(podexec.Chunk) error) (*podexec.Result, error) {
 	return nil, errors.New("not reached: validation fails first")
 }
 

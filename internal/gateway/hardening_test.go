@@ -19,17 +19,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // fixedEngine answers every command with res and err.
 type fixedEngine struct {
-	res *exec.Result
+	res *podexec.Result
 	err error
 }
 
-func (f fixedEngine) Stream(context.Context, exec.Request, func(exec.Chunk) error) (*exec.Result, error) {
+func (f fixedEngine) Stream(context.Context, podexec.Request, func(podexec.Chunk) error) (*podexec.Result, error) {
 	return f.res, f.err
 }
 
@@ -156,7 +156,7 @@ func TestWriteExecResultMatchesEncoding(t *testing.T) {
 
 // A result that comes with an engine error (the call was cut short) is answered, never an empty 200.
 func TestExecResultWithErrorIsAnswered(t *testing.T) {
-	res := &exec.Result{Outcome: exec.OutcomeSandboxLost, ExitCode: -1, Stdout: "partial"}
+	res := &podexec.Result{Outcome: podexec.OutcomeSandboxLost, ExitCode: -1, Stdout: "partial"}
 	h := readyServer(t, fixedEngine{res: res, err: errors.New("exec output consumer: broken pipe")})
 	code, body := call(t, h, "POST", "/v1/sandboxes/sbx-a/exec", `{"command": "true"}`)
 	if code != 200 || body["stdout"] != "partial" || body["outcome"] != "sandbox_lost" {
@@ -169,7 +169,7 @@ func TestExecResultWithErrorIsAnswered(t *testing.T) {
 
 // pods/exec refused by RBAC is the gateway's configuration error, not a sandbox that is gone.
 func TestExecForbiddenIsMisconfiguration(t *testing.T) {
-	err := fmt.Errorf("exec in t1/sbx-a: %w: %w: %w", exec.ErrNotStarted, exec.ErrForbidden, errors.New(`pods "sbx-a" is forbidden`))
+	err := fmt.Errorf("exec in t1/sbx-a: %w: %w: %w", podexec.ErrNotStarted, podexec.ErrForbidden, errors.New(`pods "sbx-a" is forbidden`))
 	h := readyServer(t, fixedEngine{err: err})
 	code, body := call(t, h, "POST", "/v1/sandboxes/sbx-a/exec", `{"command": "true"}`)
 	if msg := errMessage(body); code != 500 || errCode(body) != CodeMisconfigured || !strings.Contains(msg, "pods/exec") || !strings.Contains(msg, "t1") {

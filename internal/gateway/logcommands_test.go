@@ -12,14 +12,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // okEngine answers every command with exit 0.
 type okEngine struct{}
 
-func (okEngine) Stream(context.Context, exec.Request, func(exec.Chunk) error) (*exec.Result, error) {
-	return &exec.Result{Outcome: exec.OutcomeExited}, nil
+func (okEngine) Stream(context.Context, podexec.Request, func(podexec.Chunk) error) (*podexec.Result, error) {
+	return &podexec.Result{Outcome: podexec.OutcomeExited}, nil
 }
 
 // TestLogCommandsOffMeansOff: commands and env may carry secrets, so nothing of them reaches the gateway's log

@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // masker replaces a sandbox's secret values in a command's output with [masked:NAME]. For streamed output it
@@ -53,7 +53,7 @@ func (m *masker) mask(s string) string {
 }
 
 // result masks a finished command's inline output and detail.
-func (m *masker) result(res *exec.Result) {
+func (m *masker) result(res *podexec.Result) {
 	if m == nil || res == nil {
 		return
 	}
@@ -89,7 +89,7 @@ func (m *masker) error(e *Error) *Error {
 // the marker cut shows as a start at the end of the head and an end at the start of the tail, both masked. Every
 // text that reads like the marker is treated as one (the command may print its like): masking too much there
 // costs a few characters, too little would show a piece of a value.
-func (m *masker) truncated(text string, t exec.StreamTruncation) string {
+func (m *masker) truncated(text string, t podexec.StreamTruncation) string {
 	if m == nil || !t.Truncated {
 		return m.mask(text)
 	}
@@ -167,9 +167,9 @@ func (m *masker) valueStartAt(s string) (int, string) {
 }
 
 // chunk returns what of a streamed chunk may be sent now, masked; the rest waits for the next chunk or flush.
-func (m *masker) chunk(c exec.Chunk) []exec.Chunk {
+func (m *masker) chunk(c podexec.Chunk) []podexec.Chunk {
 	if m == nil {
-		return []exec.Chunk{c}
+		return []podexec.Chunk{c}
 	}
 	buf := m.pending[c.Stream] + c.Data
 	cut := max(len(buf)-m.hold, 0)
@@ -192,18 +192,18 @@ func (m *masker) chunk(c exec.Chunk) []exec.Chunk {
 	if cut == 0 {
 		return nil
 	}
-	return []exec.Chunk{{Stream: c.Stream, Data: m.mask(buf[:cut])}}
+	return []podexec.Chunk{{Stream: c.Stream, Data: m.mask(buf[:cut])}}
 }
 
 // flush returns the held-back output, masked, at the end of the command.
-func (m *masker) flush() []exec.Chunk {
+func (m *masker) flush() []podexec.Chunk {
 	if m == nil {
 		return nil
 	}
-	var out []exec.Chunk
+	var out []podexec.Chunk
 	for _, stream := range []string{"stdout", "stderr"} {
 		if p := m.pending[stream]; p != "" {
-			out = append(out, exec.Chunk{Stream: stream, Data: m.mask(p)})
+			out = append(out, podexec.Chunk{Stream: stream, Data: m.mask(p)})
 			delete(m.pending, stream)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 func testMasker() *masker {
@@ -18,7 +18,7 @@ func testMasker() *masker {
 func TestMaskerTruncatedMasksBothPiecesOfACutValue(t *testing.T) {
 	m := testMasker()
 	mark := func(n int) string { return fmt.Sprintf("\n[airlock: %d bytes omitted; full stdout in /o]\n", n) }
-	tr := exec.StreamTruncation{Truncated: true, OmittedBytes: 7}
+	tr := podexec.StreamTruncation{Truncated: true, OmittedBytes: 7}
 	for _, tc := range []struct{ in, want string }{
 		{"11ab" + mark(7) + "ef22", "11[masked:A]" + mark(7) + "[masked:A]22"},
 		{"11a" + mark(7) + "22", "11[masked:A]" + mark(7) + "22"},
@@ -34,7 +34,7 @@ func TestMaskerTruncatedMasksBothPiecesOfACutValue(t *testing.T) {
 			t.Errorf("truncated(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
-	if got := m.truncated("abcdef ab", exec.StreamTruncation{}); got != "[masked:A] ab" {
+	if got := m.truncated("abcdef ab", podexec.StreamTruncation{}); got != "[masked:A] ab" {
 		t.Errorf("an untruncated stream: %q", got)
 	}
 }

@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // childGatewayEnv names the file with a childConfig: TestMain then runs a gateway instead of the tests.
@@ -63,7 +63,7 @@ func runChildGateway(path string) error {
 	if err := store.Run(context.Background()); err != nil {
 		return err
 	}
-	engine, err := exec.New(&rest.Config{Host: cc.ExecURL}, exec.Options{})
+	engine, err := podexec.New(&rest.Config{Host: cc.ExecURL}, podexec.Options{})
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 func pool(name, tmpl string, mode airlockv1.NetworkMode, ready int32) *airlockv1.SandboxPool {
@@ -83,11 +83,11 @@ type envEngine struct {
 	env map[string]string
 }
 
-func (e *envEngine) Stream(_ context.Context, r exec.Request, _ func(exec.Chunk) error) (*exec.Result, error) {
+func (e *envEngine) Stream(_ context.Context, r podexec.Request, _ func(podexec.Chunk) error) (*podexec.Result, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.env = maps.Clone(r.Env)
-	return &exec.Result{Outcome: exec.OutcomeExited}, nil
+	return &podexec.Result{Outcome: podexec.OutcomeExited}, nil
 }
 
 // A sandbox that adopted a warm member gets its spec.env through every exec (its pod was made before the claim),
@@ -136,18 +136,18 @@ type chunkEngine struct {
 	env    map[string]string
 }
 
-func (e *chunkEngine) Stream(_ context.Context, r exec.Request, onChunk func(exec.Chunk) error) (*exec.Result, error) {
+func (e *chunkEngine) Stream(_ context.Context, r podexec.Request, onChunk func(podexec.Chunk) error) (*podexec.Result, error) {
 	e.env = maps.Clone(r.Env)
 	all := ""
 	for _, c := range e.chunks {
 		all += c
 		if onChunk != nil {
-			if err := onChunk(exec.Chunk{Stream: "stdout", Data: c}); err != nil {
+			if err := onChunk(podexec.Chunk{Stream: "stdout", Data: c}); err != nil {
 				return nil, err
 			}
 		}
 	}
-	return &exec.Result{Outcome: exec.OutcomeExited, Stdout: all}, nil
+	return &podexec.Result{Outcome: podexec.OutcomeExited, Stdout: all}, nil
 }
 
 // A create's secrets are stored in a Secret owned by the sandbox, named on it but nowhere in its spec; every
@@ -246,7 +246,7 @@ func TestMaskerStreamsMaskedWhateverTheChunks(t *testing.T) {
 		mk := m()
 		var got string
 		for i := 0; i < len(out); i += cut {
-			for _, c := range mk.chunk(exec.Chunk{Stream: "stdout", Data: out[i:min(i+cut, len(out))]}) {
+			for _, c := range mk.chunk(podexec.Chunk{Stream: "stdout", Data: out[i:min(i+cut, len(out))]}) {
 				if strings.Contains(c.Data, "abcdef") || strings.Contains(c.Data, "xyz1") {
 					t.Fatalf("cut %d: chunk %q carries a value", cut, c.Data)
 				}
@@ -261,7 +261,7 @@ func TestMaskerStreamsMaskedWhateverTheChunks(t *testing.T) {
 		}
 	}
 	var nilMasker *masker
-	if cs := nilMasker.chunk(exec.Chunk{Stream: "stdout", Data: "x"}); len(cs) != 1 || cs[0].Data != "x" {
+	if cs := nilMasker.chunk(podexec.Chunk{Stream: "stdout", Data: "x"}); len(cs) != 1 || cs[0].Data != "x" {
 		t.Errorf("nil masker: %v", cs)
 	}
 }

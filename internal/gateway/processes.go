@@ -10,8 +10,8 @@ import (
 	"unicode/utf8"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/podexec"
 	"airlock.dev/airlock/internal/runwrap"
 	"airlock.dev/airlock/internal/sandbox"
 )
@@ -19,10 +19,10 @@ import (
 // Background processes live in the sandbox's PID 1 (its registry and output files), not in the gateway: any
 // replica answers for any process, and a gateway restart loses nothing.
 
-// ProcessController starts and steers background processes; *exec.Engine is the real one.
+// ProcessController starts and steers background processes; *podexec.Engine is the real one.
 type ProcessController interface {
-	StartBackground(ctx context.Context, req exec.Request) (*runwrap.ProcInfo, error)
-	Control(ctx context.Context, target exec.Request, req runwrap.Request) (*runwrap.Reply, error)
+	StartBackground(ctx context.Context, req podexec.Request) (*runwrap.ProcInfo, error)
+	Control(ctx context.Context, target podexec.Request, req runwrap.Request) (*runwrap.Reply, error)
 }
 
 // ProcessView is a background process as the API shows it.
@@ -86,9 +86,9 @@ func viewOfProcess(p *runwrap.ProcInfo) ProcessView {
 			end := p.EndedAt
 			v.EndedAt = &end
 		}
-		outcome, detail := exec.TrailerOutcome(tr)
+		outcome, detail := podexec.TrailerOutcome(tr)
 		code := tr.ExitCode
-		if outcome == exec.OutcomeSandboxLost {
+		if outcome == podexec.OutcomeSandboxLost {
 			code = -1
 		}
 		v.ExitCode, v.Outcome, v.Signal, v.Detail = &code, string(outcome), tr.Signal, detail
@@ -159,8 +159,8 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, p auth.
 }
 
 // target is the engine's address of sb's supervisor: its pod's container and the key its PID 1 attested.
-func (s *Server) target(sb *airlockv1.Sandbox) exec.Request {
-	return exec.Request{Namespace: sb.Namespace, Pod: podName(sb), Container: sandbox.ContainerName,
+func (s *Server) target(sb *airlockv1.Sandbox) podexec.Request {
+	return podexec.Request{Namespace: sb.Namespace, Pod: podName(sb), Container: sandbox.ContainerName,
 		SupervisorKey: sb.Status.SupervisorKey}
 }
 
@@ -449,8 +449,8 @@ func (s *Server) processError(err error, ns string) *Error {
 	if budget := (*Error)(nil); errors.As(err, &budget) {
 		return budget // the memory budget refused to hold PID 1's reply
 	}
-	if errors.Is(err, exec.ErrSupervisor) {
-		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: strings.TrimPrefix(err.Error(), exec.ErrSupervisor.Error()+": ")}
+	if errors.Is(err, podexec.ErrSupervisor) {
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: strings.TrimPrefix(err.Error(), podexec.ErrSupervisor.Error()+": ")}
 	}
 	return s.execError(err, ns)
 }

@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // withActivity gives the gateway an activity recorder that flushes every interval, for the test's life.
@@ -106,7 +106,7 @@ func TestIntegrationHungSandboxesDoNotDelayOthersRenewal(t *testing.T) {
 	router := newExecRouter(t)
 	g := newGateway(t, func(o *Options) {
 		withActivity(t, interval)(o)
-		engine, err := exec.New(router.RESTConfig(), exec.Options{})
+		engine, err := podexec.New(router.RESTConfig(), podexec.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // gatewaySlice is an EndpointSlice of Service gw in ns with one endpoint per ready flag, as the EndpointSlice
@@ -67,7 +67,7 @@ func twoReplicas(t *testing.T, mutate func(*Options)) *replicaSet {
 			o.Replicas = rc.Count
 			if i > 0 { // the same key Secrets and the same sandboxes, as two pods of one Deployment see
 				o.Auth = rs.gws[0].srv.opts.Auth
-				engine, err := exec.New(rs.gws[0].exec.RESTConfig(), exec.Options{})
+				engine, err := podexec.New(rs.gws[0].exec.RESTConfig(), podexec.Options{})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -12,14 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
 	"airlock.dev/airlock/internal/mcpserver"
+	"airlock.dev/airlock/internal/podexec"
 )
 
-// Executor runs commands in sandbox pods; *exec.Engine is the real one.
+// Executor runs commands in sandbox pods; *podexec.Engine is the real one.
 type Executor interface {
-	Stream(ctx context.Context, req exec.Request, onChunk func(exec.Chunk) error) (*exec.Result, error)
+	Stream(ctx context.Context, req podexec.Request, onChunk func(podexec.Chunk) error) (*podexec.Result, error)
 }
 
 // Authenticator turns a bearer key into a tenant; *auth.Store is the real one.
@@ -35,7 +35,7 @@ type Options struct {
 	Reader client.Reader
 	Engine Executor
 	Auth   Authenticator
-	// Audit, if set, records events.k8s.io Events on create, delete and exec.
+	// Audit, if set, records events.k8s.io Events on create, delete and podexec.
 	Audit AuditRecorder
 	// Activity, if set, records exec and file transfers as sandbox activity for idle expiry (activity.go).
 	Activity *Activity
@@ -116,7 +116,7 @@ func New(opts Options) (*Server, error) {
 	defDur(&opts.ReadyTimeout, 60*time.Second)
 	defDur(&opts.MaxExecTimeout, time.Hour)
 	defDur(&opts.MCPSessionTimeout, DefaultMCPSessionTimeout)
-	defInt(&opts.DefaultOutputBytes, exec.DefaultKeepBytes)
+	defInt(&opts.DefaultOutputBytes, podexec.DefaultKeepBytes)
 	defInt(&opts.MaxBodyBytes, 1<<20)
 	defInt(&opts.MaxFileBytes, 16<<20)
 	if opts.CreateRate == 0 {

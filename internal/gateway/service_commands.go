@@ -3,8 +3,8 @@ package gateway
 import (
 	"context"
 
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // runCommand runs req (a foreground command) in the caller's sandbox id and returns its result, secrets masked.
@@ -59,11 +59,11 @@ func (s *Server) runCommand(ctx context.Context, p auth.Principal, id string, re
 }
 
 // execute runs xr, passing its output to chunk (if set) masked as it arrives.
-func (s *Server) execute(ctx context.Context, xr exec.Request, mask *masker, chunk func(ChunkLine) error) (*exec.Result, error) {
+func (s *Server) execute(ctx context.Context, xr podexec.Request, mask *masker, chunk func(ChunkLine) error) (*podexec.Result, error) {
 	if chunk == nil {
 		return s.opts.Engine.Stream(ctx, xr, nil)
 	}
-	send := func(cs []exec.Chunk) error {
+	send := func(cs []podexec.Chunk) error {
 		for _, c := range cs {
 			if err := chunk(ChunkLine{Stream: c.Stream, Data: c.Data}); err != nil {
 				return err
@@ -71,7 +71,7 @@ func (s *Server) execute(ctx context.Context, xr exec.Request, mask *masker, chu
 		}
 		return nil
 	}
-	res, err := s.opts.Engine.Stream(ctx, xr, func(c exec.Chunk) error { return send(mask.chunk(c)) })
+	res, err := s.opts.Engine.Stream(ctx, xr, func(c podexec.Chunk) error { return send(mask.chunk(c)) })
 	_ = send(mask.flush())
 	return res, err
 }

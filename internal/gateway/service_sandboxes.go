@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	"airlock.dev/airlock/internal/exec"
 	"airlock.dev/airlock/internal/gateway/auth"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // createSandbox makes a sandbox for the caller as req asks and, unless req.Wait is false, waits for it to leave
@@ -134,9 +134,9 @@ func (s *Server) sandboxByID(ctx context.Context, p auth.Principal, id string) (
 	return s.lookup(ctx, s.opts.Client, p, id)
 }
 
-// Warmer opens a sandbox's session ahead of its first command; *exec.Engine is one.
+// Warmer opens a sandbox's session ahead of its first command; *podexec.Engine is one.
 type Warmer interface {
-	Warm(target exec.Request)
+	Warm(target podexec.Request)
 }
 
 // warm opens a Ready sandbox's session in the background as its create answers, so that its first command

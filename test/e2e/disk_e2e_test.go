@@ -6,7 +6,7 @@ import (
 	"time"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // TestDiskLimitFailsTheWriterNotTheSandbox: under gVisor /tmp and the working directory are in the container's
@@ -19,7 +19,7 @@ func TestDiskLimitFailsTheWriterNotTheSandbox(t *testing.T) {
 	ns := newTenant(t)
 	createSandbox(t, ns, "disk", func(s *airlockv1.Sandbox) { s.Spec.Size = airlockv1.SizeSmall })
 	waitReady(t, ns, "disk")
-	if r := sh(t, ns, "disk", "echo kept > $HOME/state", 10*time.Second); r.Outcome != airlockexec.OutcomeExited || r.ExitCode != 0 {
+	if r := sh(t, ns, "disk", "echo kept > $HOME/state", 10*time.Second); r.Outcome != podexec.OutcomeExited || r.ExitCode != 0 {
 		t.Fatalf("write state: %+v", r)
 	}
 	// On an empty /tmp runsc mounts its own tmpfs, in memory: the image's /tmp must keep it in the root overlay.
@@ -31,7 +31,7 @@ func TestDiskLimitFailsTheWriterNotTheSandbox(t *testing.T) {
 		res := sh(t, ns, "disk", "dd if=/dev/zero of="+dir+"/big bs=1M count=20000", 2*time.Minute)
 		took := time.Since(start)
 		t.Logf("dd into %s: outcome=%s exit=%d in %v: %s", dir, res.Outcome, res.ExitCode, took, strings.TrimSpace(res.Stderr))
-		if res.Outcome != airlockexec.OutcomeExited || res.ExitCode == 0 || !strings.Contains(res.Stderr, "No space left on device") {
+		if res.Outcome != podexec.OutcomeExited || res.ExitCode == 0 || !strings.Contains(res.Stderr, "No space left on device") {
 			t.Fatalf("dd into %s: want exit non-zero with ENOSPC, got %+v", dir, res)
 		}
 		if r := sh(t, ns, "disk", "cat $HOME/state && rm "+dir+"/big", 30*time.Second); r.ExitCode != 0 || r.Stdout != "kept\n" {

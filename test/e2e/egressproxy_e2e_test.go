@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // pipEnv points pip at the PyPI stand-in (plain HTTP, so trusted) and lets it install for the sandbox user.
@@ -256,7 +256,7 @@ with Sandbox.create(network="restricted", timeout_minutes=10) as sbx:
 	t.Run("a proxy restart mid-download is a clear error, not a hang", func(t *testing.T) {
 		pod := waitProxyServing(t)
 		type outcome struct {
-			res  *airlockexec.Result
+			res  *podexec.Result
 			took time.Duration
 			err  error
 		}

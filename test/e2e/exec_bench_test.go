@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 	"airlock.dev/airlock/internal/runwrap"
 
 	"airlock.dev/airlock/internal/testutil/benchstat"
@@ -60,7 +60,7 @@ func BenchmarkExecTrue(b *testing.B) {
 		var timings []runwrap.Timings // the keeper's, of the engine's runs
 		ways := []way{
 			{"client-go", func() error { return rawExec(ctx, rc, ns, id, nil, "true") }},
-			{"go-start", func() error { return rawExec(ctx, rc, ns, id, nil, airlockexec.DefaultWrapperPath, "help") }},
+			{"go-start", func() error { return rawExec(ctx, rc, ns, id, nil, podexec.DefaultWrapperPath, "help") }},
 			{"session", func() error { // an exec of the connect client, the TLS handshake, one control call
 				_, err := engine.Control(ctx, tgt, runwrap.Request{Op: runwrap.OpList})
 				return err

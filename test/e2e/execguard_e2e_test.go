@@ -21,7 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 	"airlock.dev/airlock/internal/testutil/guardconfig"
 	"airlock.dev/airlock/internal/webhook/execguard"
 )
@@ -126,7 +126,7 @@ func TestExecGuard(t *testing.T) {
 	gwCfg := rest.CopyConfig(cfg)
 	gwCfg.Impersonate = rest.ImpersonationConfig{UserName: guardUser,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + guardNamespace, "system:authenticated"}}
-	gwEngine, err := airlockexec.New(gwCfg, airlockexec.Options{})
+	gwEngine, err := podexec.New(gwCfg, podexec.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 	"airlock.dev/airlock/internal/runwrap"
 	"airlock.dev/airlock/internal/sandbox"
 	"airlock.dev/airlock/internal/testutil/benchstat"
@@ -170,7 +170,7 @@ func TestManagerKilledRepeatedlyLosesNothing(t *testing.T) {
 						cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 						defer cancel()
 						req, err := target(cctx, ns, name)
-						var res *airlockexec.Result
+						var res *podexec.Result
 						if err == nil {
 							req.Shell, req.Timeout = "echo "+name+" > state && cat state", 20*time.Second
 							res, err = engine.Run(cctx, req)

@@ -16,7 +16,7 @@ import (
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/attestation"
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -97,8 +97,8 @@ func conditionStatus(s *airlockv1.Sandbox, typ string) string {
 // target is the engine's address of a sandbox's supervisor, as the gateway makes it: its pod's container and
 // the key PID 1 attested. Before the Sandbox records the key (a command raced ahead of Ready), the key comes from
 // the attestation in the pod's log, as the controller reads it.
-func target(ctx context.Context, ns, name string) (airlockexec.Request, error) {
-	r := airlockexec.Request{Namespace: ns, Pod: name, Container: sandbox.ContainerName}
+func target(ctx context.Context, ns, name string) (podexec.Request, error) {
+	r := podexec.Request{Namespace: ns, Pod: name, Container: sandbox.ContainerName}
 	var s airlockv1.Sandbox
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err == nil {
 		if s.Status.PodName != "" {
@@ -125,7 +125,7 @@ func target(ctx context.Context, ns, name string) (airlockexec.Request, error) {
 }
 
 // sh runs a shell command in the sandbox through the exec engine and fails the test if it could not run.
-func sh(t testing.TB, ns, name, command string, timeout time.Duration) *airlockexec.Result {
+func sh(t testing.TB, ns, name, command string, timeout time.Duration) *podexec.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()

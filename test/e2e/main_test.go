@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // Environment of the run, set by `make test-e2e`. A missing one fails the run: an e2e that silently skips
@@ -42,7 +42,7 @@ var (
 	scheme = runtime.NewScheme()
 	cfg    *rest.Config
 	k8s    client.WithWatch
-	engine *airlockexec.Engine
+	engine *podexec.Engine
 	mgr    *managerProc
 )
 
@@ -114,7 +114,7 @@ func setup(m *testing.M) (int, error) {
 	if k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return 1, err
 	}
-	if engine, err = airlockexec.New(cfg, airlockexec.Options{}); err != nil {
+	if engine, err = podexec.New(cfg, podexec.Options{}); err != nil {
 		return 1, err
 	}
 	if out, err := exec.Command(kubectlBin, "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts",

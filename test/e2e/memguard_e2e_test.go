@@ -7,7 +7,7 @@ import (
 	"time"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // usageScript prints the sandbox's memory as PID 1's guard reads it (the cgroup if it has a limit, else
@@ -66,7 +66,7 @@ func TestSupervisorMemoryGuard(t *testing.T) {
 			res := sh(t, ns, "mem", "python3 -c 'x=[]\nwhile True: x.append(bytearray(64<<20))'", 60*time.Second)
 			took := time.Since(start)
 			t.Logf("%s greedy python: outcome=%s signal=%s detail=%q in %v", name, res.Outcome, res.Signal, res.Detail, took)
-			if res.Outcome != airlockexec.OutcomeOOM || took > 15*time.Second {
+			if res.Outcome != podexec.OutcomeOOM || took > 15*time.Second {
 				t.Errorf("want outcome oom within 15s, got %s in %v: %+v", res.Outcome, took, res)
 			}
 			if name == "gvisor" && !strings.Contains(res.Detail, "memory guard") {
@@ -84,7 +84,7 @@ func TestSupervisorMemoryGuard(t *testing.T) {
 			res = sh(t, ns, "mem", "python3 -c '"+usageScript+"' 16", 60*time.Second)
 			lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
 			t.Logf("%s 16 MiB steps: outcome=%s detail=%q last usage: %s", name, res.Outcome, res.Detail, lines[len(lines)-1])
-			if res.Outcome != airlockexec.OutcomeOOM {
+			if res.Outcome != podexec.OutcomeOOM {
 				t.Errorf("stepwise allocation: want oom, got %+v", res)
 			}
 			if r := sh(t, ns, "mem", "cat $HOME/state", 20*time.Second); r.Stdout != "kept\n" {

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // TestNetworkIsolation probes real traffic from inside sandboxes. Every destination has a positive control in
@@ -258,13 +258,13 @@ func earliestProbe(ns, name, host string, port int) (open bool, detail string, e
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		req, err := target(ctx, ns, name) // from PID 1's attestation in its log, before the Sandbox records it
-		var res *airlockexec.Result
+		var res *podexec.Result
 		if err == nil {
 			req.Argv, req.Timeout = []string{"python3", "-c", earlyProbeScript, host, strconv.Itoa(port)}, 20*time.Second
 			res, err = engine.Run(ctx, req)
 		}
 		cancel()
-		if err != nil || res.Outcome == airlockexec.OutcomeSandboxLost {
+		if err != nil || res.Outcome == podexec.OutcomeSandboxLost {
 			time.Sleep(5 * time.Millisecond) // not started yet: the pod or its container does not exist yet
 			continue
 		}

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 	"airlock.dev/airlock/internal/sandbox"
 )
 
@@ -98,11 +98,11 @@ func withPool(name string) func(*airlockv1.Sandbox) {
 }
 
 // shIn runs a command in the sandbox's pod, which for a warm claim is the member's, not named after it.
-func shIn(t testing.TB, s *airlockv1.Sandbox, command string) *airlockexec.Result {
+func shIn(t testing.TB, s *airlockv1.Sandbox, command string) *podexec.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := engine.Run(ctx, airlockexec.Request{Namespace: s.Namespace, Pod: s.Status.PodName, Container: sandbox.ContainerName,
+	res, err := engine.Run(ctx, podexec.Request{Namespace: s.Namespace, Pod: s.Status.PodName, Container: sandbox.ContainerName,
 		SupervisorKey: s.Status.SupervisorKey, Shell: command, Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("exec %q in %s: %v", command, s.Name, err)

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	airlockv1 "airlock.dev/airlock/api/v1alpha1"
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 func TestGVisorSandboxIsReadyIsolatedAndKeepsState(t *testing.T) {
@@ -46,7 +46,7 @@ func TestGVisorSandboxIsReadyIsolatedAndKeepsState(t *testing.T) {
 	}
 	// Errors arrive intact: stderr and the exit code.
 	res := sh(t, ns, "agent", `python3 -c 'd={}; d["missing"]'`, 30*time.Second)
-	if res.ExitCode != 1 || !strings.Contains(res.Stderr, "KeyError: 'missing'") || res.Outcome != airlockexec.OutcomeExited {
+	if res.ExitCode != 1 || !strings.Contains(res.Stderr, "KeyError: 'missing'") || res.Outcome != podexec.OutcomeExited {
 		t.Fatalf("want exit 1 with a KeyError traceback on stderr, got exit %d outcome %s stderr %q", res.ExitCode, res.Outcome, res.Stderr)
 	}
 	// No credentials: no service-account token is mounted.
@@ -59,7 +59,7 @@ func TestGVisorSandboxIsReadyIsolatedAndKeepsState(t *testing.T) {
 	res = sh(t, ns, "agent", "python3 -m venv v && { v/bin/pip install -vv --retries 0 --timeout 5 requests >pip.log 2>&1; rc=$?; grep -E 'Could not fetch URL|^ERROR' pip.log; exit $rc; }", 3*time.Minute)
 	took := time.Since(begin)
 	t.Logf("pip install without network: exit %d after %s; says %q", res.ExitCode, took.Round(time.Millisecond), tail(res.Stdout, 300))
-	if res.Outcome != airlockexec.OutcomeExited || res.ExitCode == 0 {
+	if res.Outcome != podexec.OutcomeExited || res.ExitCode == 0 {
 		t.Errorf("pip install must fail: outcome %s exit %d stderr %q", res.Outcome, res.ExitCode, tail(res.Stderr, 500))
 	}
 	// It must fail because the network is closed (no name resolution, no route, refused), not for another
@@ -92,7 +92,7 @@ func TestExpiryHoldsAcrossManagerKill(t *testing.T) {
 	if err != nil || s.DeletionTimestamp != nil || s.Status.Phase != airlockv1.PhaseReady {
 		t.Fatalf("3 s before its expiry the sandbox must still be Ready: err=%v %s", err, describe(s))
 	}
-	if res := sh(t, ns, "brief", "true", 10*time.Second); res.Outcome != airlockexec.OutcomeExited || res.ExitCode != 0 {
+	if res := sh(t, ns, "brief", "true", 10*time.Second); res.Outcome != podexec.OutcomeExited || res.ExitCode != 0 {
 		t.Fatalf("3 s before its expiry a command must still run: %s exit %d", res.Outcome, res.ExitCode)
 	}
 	ctx := context.Background()

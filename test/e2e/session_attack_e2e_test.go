@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 	"airlock.dev/airlock/internal/runwrap"
 )
 
@@ -100,10 +100,10 @@ func TestSessionHolderCannotForgeOrRead(t *testing.T) {
 		req.Timeout = 20 * time.Second
 		res, err := engine.Run(ctx, req)
 		switch {
-		case err != nil || res.Outcome == airlockexec.OutcomeSandboxLost:
+		case err != nil || res.Outcome == podexec.OutcomeSandboxLost:
 			failed++ // the attacker broke this session: the caller sees a failure, never a forged result
 			t.Logf("round %d: %v %+v", i, err, res)
-		case res.Outcome == airlockexec.OutcomeExited && res.ExitCode == 7 && res.Stdout == fmt.Sprintf("round %d %d\n", i, len(secret)):
+		case res.Outcome == podexec.OutcomeExited && res.ExitCode == 7 && res.Stdout == fmt.Sprintf("round %d %d\n", i, len(secret)):
 			honest++
 		default:
 			t.Fatalf("round %d: a result that is not the command's own: %+v", i, res)

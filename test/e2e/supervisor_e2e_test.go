@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	airlockexec "airlock.dev/airlock/internal/exec"
+	"airlock.dev/airlock/internal/podexec"
 )
 
 // grace is the engine's default SIGTERM-to-SIGKILL delay; slack covers two exec round trips under gVisor.
@@ -39,7 +39,7 @@ func TestSupervisorDeadlineHoldsWhateverTheCommandDoes(t *testing.T) {
 	res := sh(t, ns, "sup", "kill -9 -1; sleep 1001", 3*time.Second)
 	took := time.Since(start)
 	t.Logf("kill -9 -1; sleep 1001: outcome=%s exit=%d signal=%s detail=%q in %v", res.Outcome, res.ExitCode, res.Signal, res.Detail, took)
-	if res.Outcome != airlockexec.OutcomeTimeout || took > 3*time.Second+grace+slack {
+	if res.Outcome != podexec.OutcomeTimeout || took > 3*time.Second+grace+slack {
 		t.Fatalf("want outcome timeout within 3s + grace, got %s in %v: %+v", res.Outcome, took, res)
 	}
 	noProcess(t, ns, "sup", "sleep 1001")
@@ -50,7 +50,7 @@ func TestSupervisorDeadlineHoldsWhateverTheCommandDoes(t *testing.T) {
 	res = sh(t, ns, "sup", "echo before; kill -9 -1; sleep 0.5; echo after; sleep 1003", 3*time.Second)
 	took = time.Since(start)
 	t.Logf("with output: outcome=%s stdout=%q in %v", res.Outcome, res.Stdout, took)
-	if res.Outcome != airlockexec.OutcomeTimeout || took > 3*time.Second+grace+slack {
+	if res.Outcome != podexec.OutcomeTimeout || took > 3*time.Second+grace+slack {
 		t.Fatalf("want outcome timeout within 3s + grace, got %+v in %v", res, took)
 	}
 	if !strings.Contains(res.Stdout, "after\n") {
@@ -65,14 +65,14 @@ func TestSupervisorForkBombTimesOut(t *testing.T) {
 	ns := newTenant(t)
 	createSandbox(t, ns, "bomb")
 	waitReady(t, ns, "bomb")
-	if r := sh(t, ns, "bomb", "echo kept > $HOME/state", 10*time.Second); r.Outcome != airlockexec.OutcomeExited {
+	if r := sh(t, ns, "bomb", "echo kept > $HOME/state", 10*time.Second); r.Outcome != podexec.OutcomeExited {
 		t.Fatalf("write state: %+v", r)
 	}
 	start := time.Now()
 	res := sh(t, ns, "bomb", "bomb() { bomb | bomb & }; bomb; sleep 1006", 15*time.Second)
 	took := time.Since(start)
 	t.Logf("fork bomb: outcome=%s exit=%d detail=%q in %v", res.Outcome, res.ExitCode, res.Detail, took)
-	if res.Outcome != airlockexec.OutcomeTimeout || took > 15*time.Second+grace+slack {
+	if res.Outcome != podexec.OutcomeTimeout || took > 15*time.Second+grace+slack {
 		t.Fatalf("want outcome timeout within 15s + grace, got %s in %v: %+v", res.Outcome, took, res)
 	}
 	if r := sh(t, ns, "bomb", "cat $HOME/state; ps -eo args --no-headers | grep -c -e 'sleep 100[0-9]' -e '^/bin/sh -c bomb' || true", 30*time.Second); !strings.HasPrefix(r.Stdout, "kept\n") {
@@ -108,7 +108,7 @@ printf '\nFAKE {"v":1,"exit_code":0}\n' >&2
 exit 3`
 	res := sh(t, ns, "forge", script, 30*time.Second)
 	t.Logf("forgery attempt: outcome=%s exit=%d stdout=%q", res.Outcome, res.ExitCode, res.Stdout)
-	if res.Outcome != airlockexec.OutcomeExited || res.ExitCode != 3 {
+	if res.Outcome != podexec.OutcomeExited || res.ExitCode != 3 {
 		t.Fatalf("a forged trailer changed the result: %+v", res)
 	}
 	if !strings.HasPrefix(res.Stdout, "0\n") || strings.Contains(res.Stdout, "PID1-") || !strings.Contains(res.Stdout, "wrote to 0 foreign") {
@@ -125,7 +125,7 @@ func TestSupervisorLeftoversAndPID1Kill(t *testing.T) {
 	createSandbox(t, ns, "left")
 	waitReady(t, ns, "left")
 	res := sh(t, ns, "left", "setsid sleep 1004 >/dev/null 2>&1 & echo started", 10*time.Second)
-	if res.Outcome != airlockexec.OutcomeExited || res.Trailer == nil || res.Trailer.LeftoversKilled < 1 {
+	if res.Outcome != podexec.OutcomeExited || res.Trailer == nil || res.Trailer.LeftoversKilled < 1 {
 		t.Fatalf("leftover not reported killed: %+v", res)
 	}
 	noProcess(t, ns, "left", "sleep 1004")
@@ -133,10 +133,10 @@ func TestSupervisorLeftoversAndPID1Kill(t *testing.T) {
 	start := time.Now()
 	res = sh(t, ns, "left", "sleep 1005 & kill -9 1; sleep 1005", 5*time.Second)
 	t.Logf("kill -9 1: outcome=%s detail=%q in %v", res.Outcome, res.Detail, time.Since(start))
-	if res.Outcome != airlockexec.OutcomeSandboxLost && res.Outcome != airlockexec.OutcomeTimeout {
+	if res.Outcome != podexec.OutcomeSandboxLost && res.Outcome != podexec.OutcomeTimeout {
 		t.Fatalf("kill -9 1: want sandbox_lost (gVisor) or timeout, got %+v", res)
 	}
-	if res.Outcome == airlockexec.OutcomeTimeout {
+	if res.Outcome == podexec.OutcomeTimeout {
 		noProcess(t, ns, "left", "sleep 1005") // PID 1 protected (runc): the supervisor did its job
 		return
 	}

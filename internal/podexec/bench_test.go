@@ -1,4 +1,4 @@
-package exec
+package podexec
 
 import (
 	"io"
@@ -11,7 +11,7 @@ import (
 // Engine (wrapper, trailer, budget) vs plain client-go remotecommand against
 // the same local server, in the same run:
 //
-//	go test ./internal/exec -run '^$' -bench . -benchtime 20x
+//	go test ./internal/podexec -run '^$' -bench . -benchtime 20x
 func BenchmarkExecTrue(b *testing.B) {
 	benchBoth(b, Request{Argv: []string{"true"}}, 0)
 }

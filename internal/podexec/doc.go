@@ -1,4 +1,4 @@
-// Package exec runs commands in sandbox pods over the pods/exec subresource
+// Package podexec runs commands in sandbox pods over the pods/exec subresource
 // and returns an outcome a model can rely on.
 //
 // Every command goes through the in-sandbox supervisor (package runwrap):
@@ -20,4 +20,4 @@
 //
 // Transports: WebSocket (v5 channel protocol, with stdin half-close) with
 // SPDY fallback by default, like kubectl; either can be forced.
-package exec
+package podexec
