@@ -18,7 +18,11 @@ import (
 func BenchmarkMixedOutputs(b *testing.B) {
 	boxes := envInt("AIRLOCK_BENCH_SANDBOXES", 4)
 	const perBox, bigBytes = 20, 20 << 20
-	g := gateway(b)
+	g, err := startGateway(fmt.Sprintf("--max-concurrent-execs=%d", boxes*perBox+10), fmt.Sprintf("--max-exec-streams=%d", boxes*perBox+10))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.stop()
 	_, key := gatewayTenant(b, int64(boxes))
 	ids := make([]string, boxes)
 	for i := range ids {
