@@ -154,10 +154,11 @@ func (e *Engine) Stream(ctx context.Context, req Request, onChunk func(Chunk) er
 	giveUp := time.Now().Add(e.opts.RuntimeStartRetry)
 	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		res, err := e.attempt(ctx, req, onChunk)
-		if !errors.Is(err, ErrRuntimeStart) || req.StdinReader != nil || time.Now().Add(wait).After(giveUp) {
+		retry := errors.Is(err, ErrRuntimeStart) || errors.Is(err, errNeverStarted)
+		if !retry || req.StdinReader != nil || time.Now().Add(wait).After(giveUp) {
 			return res, err
 		}
-		e.opts.Logger.Info("the container runtime could not start the command; retrying", "namespace", req.Namespace,
+		e.opts.Logger.Info("the command did not start; starting it again", "namespace", req.Namespace,
 			"pod", req.Pod, "after", wait, "error", err.Error())
 		select {
 		case <-ctx.Done():
@@ -192,6 +193,9 @@ func (e *Engine) attempt(ctx context.Context, req Request, onChunk func(Chunk) e
 	release(runErr != nil && !sess.usable())
 	if errors.Is(runErr, runwrap.ErrNoReply) && ctx.Err() == nil {
 		rep, runErr = e.reattach(runCtx, &req, id, col, runErr)
+		if errors.Is(runErr, errNeverStarted) {
+			return nil, runErr // nothing ran: Stream may start it again
+		}
 	}
 	elapsed := time.Since(start)
 	emitErr := col.finish()
@@ -303,7 +307,7 @@ func (e *Engine) reattach(ctx context.Context, req *Request, id string, col *col
 		switch {
 		case err == nil:
 			return rep, nil
-		case errors.Is(err, errRunGone), errors.Is(err, ErrNotStarted) && notFound(err):
+		case errors.Is(err, errRunGone), errors.Is(err, errNeverStarted), errors.Is(err, ErrNotStarted) && notFound(err):
 			return nil, err // PID 1 restarted, or the pod is gone
 		}
 		runErr = err
@@ -334,11 +338,17 @@ func (e *Engine) attachOnce(ctx context.Context, req *Request, id string, col *c
 	switch {
 	case err != nil:
 		return nil, err
+	case rep.Error != "" && !rep.Known:
+		return nil, fmt.Errorf("exec in %s/%s: %w: %w: %s", req.Namespace, req.Pod, ErrNotStarted, errNeverStarted, rep.Error)
 	case rep.Error != "":
 		return nil, fmt.Errorf("%w: %w: %s", runwrap.ErrNoReply, errRunGone, rep.Error)
 	}
 	return rep, nil
 }
+
+// errNeverStarted is a run PID 1 does not know after its session broke: the break came before PID 1 took it,
+// so it never ran, and can be started again.
+var errNeverStarted = errors.New("the session broke before the command started")
 
 // recoverOutcome asks the sandbox's supervisor (PID 1), on a new session,
 // for the outcome of a run whose answer broke off. Nobody can use the run's

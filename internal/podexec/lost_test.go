@@ -172,3 +172,20 @@ func TestEngineRequestOnlyInsideTheSession(t *testing.T) {
 		t.Fatalf("%v %v", u, err)
 	}
 }
+
+// The exec'd client killed mid-run (a command's kill -9 -1 reaches it: same uid), before the run printed
+// anything: the session's stream ends with it, and the engine follows the run on a new session. Fails with a
+// break before the answer's first frame not followed (checked once: sandbox_lost, the run cancelled).
+func TestEngineClientKilledBeforeOutput(t *testing.T) {
+	env := newEnv(t, ProtocolAuto, nil)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		for _, pid := range env.srv.ExecPIDs() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}()
+	res := env.run(t, Request{Shell: "sleep 1.5; echo done; exit 5"})
+	if res.Outcome != OutcomeExited || res.ExitCode != 5 || res.Stdout != "done\n" {
+		t.Fatalf("%+v", res)
+	}
+}

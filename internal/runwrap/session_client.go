@@ -47,7 +47,8 @@ func (c *SessionClient) Run(ctx context.Context, cfg *Config, stdin io.Reader, s
 	defer cancel()
 	resp, err := c.call(ctx, PathRun, body)
 	if err != nil {
-		return nil, err
+		// The session may have broken after PID 1 took the run: an attach tells (it knows the run, or not).
+		return nil, fmt.Errorf("%w: %w", ErrNoReply, err)
 	}
 	return readAnswer(resp, stdout, stderr)
 }

@@ -86,6 +86,7 @@ func (s *Supervisor) handleRun(w http.ResponseWriter, hr *http.Request) {
 		}()
 	}
 	_ = st.attach(out, [2]int64{}) // nothing sent yet: nothing to resend
+	out.started()                  // the caller learns the run exists: after a break it attaches, never runs it again
 	follow(hr, st, out)
 }
 
@@ -183,6 +184,17 @@ type frameWriter struct {
 
 // pumpChunk is how much output one frame carries at most.
 const pumpChunk = 64 << 10
+
+// started sends the answer's headers at once (before any output): the call's RoundTrip returns, so that a
+// break from then on shows as a broken answer (ErrNoReply), which the caller follows again by attaching.
+func (f *frameWriter) started() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.w.WriteHeader(http.StatusOK)
+	if err := f.rc.Flush(); err != nil {
+		f.broken = true
+	}
+}
 
 // write sends one frame and flushes it; false once the answer is broken.
 func (f *frameWriter) write(kind byte, payload []byte) bool {

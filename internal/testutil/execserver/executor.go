@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -17,10 +18,14 @@ import (
 )
 
 // executor runs exec'd commands as local processes, the way a container
-// runtime would: stdin copied in until the client closes it, stdout and
-// stderr copied out until every writer is gone, and exit codes reported as
-// the runtime does (128+N for a signal).
+// runtime would: stdin copied in until the client closes it or the process
+// exits, stdout and stderr copied out until every writer is gone or a moment
+// after the process exited, and exit codes reported as the runtime does
+// (128+N for a signal).
 type executor Server
+
+// outputAfterExit is how long output is still copied once the exec'd process exited.
+const outputAfterExit = 200 * time.Millisecond
 
 var _ crs.Executor = (*executor)(nil)
 
@@ -36,14 +41,30 @@ func (e *executor) ExecInContainer(ctx context.Context, name, uid, container str
 	c := child.DieWithParent(exec.Command(argv[0], argv[1:]...))
 	c.Env = append(os.Environ(), s.opts.Env...)
 	c.Dir = s.opts.Dir
-	if out != nil {
-		c.Stdout = out
+	// Our own pipes, so that the exec ends with its process, as a runtime's does (containerd closes the
+	// process's stdin and stops copying its output soon after it exited, whoever else holds the pipes).
+	var writeEnds, readEnds []*os.File // ours: the process has its own copies of the write ends
+	var copies sync.WaitGroup
+	for _, o := range []struct {
+		w   io.WriteCloser
+		dst **os.File
+	}{{out, nil}, {errw, nil}} {
+		if o.w == nil {
+			continue
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("output pipe: %w", err)
+		}
+		if o.w == out {
+			c.Stdout = w
+		} else {
+			c.Stderr = w
+		}
+		writeEnds, readEnds = append(writeEnds, w), append(readEnds, r)
+		copies.Add(1)
+		go func() { defer copies.Done(); _, _ = io.Copy(o.w, r) }()
 	}
-	if errw != nil {
-		c.Stderr = errw
-	}
-	// stdin through our own pipe: os/exec would wait for its copier, and a
-	// runtime does not wait for the client's stdin to end.
 	var stdinW *os.File
 	if in != nil {
 		r, w, err := os.Pipe()
@@ -51,9 +72,15 @@ func (e *executor) ExecInContainer(ctx context.Context, name, uid, container str
 			return fmt.Errorf("stdin pipe: %w", err)
 		}
 		c.Stdin, stdinW = r, w
-		defer r.Close()
+		readEnds = append(readEnds, r)
+	}
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			_ = f.Close()
+		}
 	}
 	if err := c.Start(); err != nil {
+		closeAll(append(writeEnds, readEnds...))
 		if stdinW != nil {
 			_ = stdinW.Close()
 		}
@@ -73,6 +100,18 @@ func (e *executor) ExecInContainer(ctx context.Context, name, uid, container str
 	s.mu.Lock()
 	delete(s.procs, c.Process.Pid)
 	s.mu.Unlock()
+	// The process is gone: its stdin is closed, and its output copied for a moment more, then cut.
+	if stdinW != nil {
+		_ = stdinW.Close()
+	}
+	closeAll(writeEnds)
+	copied := make(chan struct{})
+	go func() { copies.Wait(); close(copied) }()
+	select {
+	case <-copied:
+	case <-time.After(outputAfterExit):
+	}
+	closeAll(readEnds)
 
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
