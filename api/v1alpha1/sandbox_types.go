@@ -166,8 +166,9 @@ type SandboxStatus struct {
 	RuntimeHandler string `json:"runtimeHandler,omitempty"`
 
 	// Isolation is how the pod is really isolated from the node, proven from inside the pod before any
-	// command ran: gvisor (gVisor's marker file was present), kata (a kernel none of the nodes runs: a VM) or
-	// none (the node's own kernel). Empty until proven.
+	// command ran: gvisor (gVisor's marker file or its boot lines in the kernel log), kata (a kernel none of the
+	// nodes runs: a VM), none (the node's own kernel) or unverified (an isolating handler whose pod found
+	// nothing that proves its isolation: refused unless the operator allows it). Empty until proven.
 	// +optional
 	Isolation Isolation `json:"isolation,omitempty"`
 
@@ -239,26 +240,56 @@ type SandboxStatus struct {
 }
 
 // Isolation is how a sandbox's pod is isolated from its node.
-// +kubebuilder:validation:Enum=gvisor;kata;none
+// +kubebuilder:validation:Enum=gvisor;kata;none;unverified
 type Isolation string
 
 const (
-	// IsolationGVisor is gVisor's user-space kernel, proven by its /proc/gvisor/kernel_is_gvisor marker.
+	// IsolationGVisor is gVisor's user-space kernel, proven by its /proc/gvisor/kernel_is_gvisor marker or by
+	// its boot lines in the kernel log.
 	IsolationGVisor Isolation = "gvisor"
 	// IsolationKata is a kernel none of the nodes runs: a lightweight VM such as Kata Containers.
 	IsolationKata Isolation = "kata"
 	// IsolationNone is the node's own kernel: namespaces and cgroups only, not a boundary for hostile code.
 	IsolationNone Isolation = "none"
+	// IsolationUnverified is an isolating handler's pod that found nothing proving its isolation, and not the
+	// node's own kernel either (e.g. gVisor without its marker file and with its kernel log unreadable).
+	IsolationUnverified Isolation = "unverified"
+)
+
+// IsolationMethod is the evidence that proved an isolation from inside the pod.
+// +kubebuilder:validation:Enum=marker;kernel-log;kernel
+type IsolationMethod string
+
+const (
+	// MethodMarker is gVisor's marker file /proc/gvisor/kernel_is_gvisor (runsc --gvisor-marker-file).
+	MethodMarker IsolationMethod = "marker"
+	// MethodKernelLog is gVisor's boot lines in the kernel log, read with syslog(2): a syscall's answer, which
+	// nothing in the image can change.
+	MethodKernelLog IsolationMethod = "kernel-log"
+	// MethodKernel is a kernel release (uname) that none of the nodes runs: a VM's own kernel.
+	MethodKernel IsolationMethod = "kernel"
 )
 
 // IsolationEvidence is what the sandbox's PID 1 (airlock-init) proved from inside the pod, under the pod's
 // runtime, before any command ran, next to what the node reports. The pod's readiness probe passes only then.
 type IsolationEvidence struct {
 	// Proven is the runtime's isolation as proven from inside: gvisor by gVisor's marker file
-	// /proc/gvisor/kernel_is_gvisor, kata (a VM) by a kernel that none of the nodes runs, none when the
-	// RuntimeClass promises none (nothing to prove).
+	// /proc/gvisor/kernel_is_gvisor or its boot lines in the kernel log, kata (a VM) by a kernel that none of
+	// the nodes runs, none when the RuntimeClass promises none (nothing to prove), unverified when the handler
+	// promises isolation and nothing proved it (Unverified says why).
 	// +optional
 	Proven Isolation `json:"proven,omitempty"`
+	// Method is the evidence that proved it: marker (gVisor's marker file), kernel-log (gVisor's boot lines in
+	// the kernel log, read with syslog(2)) or kernel (a kernel none of the nodes runs). Absent when nothing was
+	// to be proven or nothing proved it.
+	// +optional
+	Method IsolationMethod `json:"method,omitempty"`
+	// Unverified says what PID 1 looked for and did not find, when Proven is unverified.
+	// +optional
+	Unverified string `json:"unverified,omitempty"`
+	// PodKernel is the kernel release (uname) PID 1 saw from inside the pod.
+	// +optional
+	PodKernel string `json:"podKernel,omitempty"`
 	// NodeKernel is the kernel of the pod's node (status.nodeInfo.kernelVersion).
 	// +optional
 	NodeKernel string `json:"nodeKernel,omitempty"`

@@ -55,8 +55,9 @@ func run() error {
 	fs.StringVar(&defaults.RuntimeClassName, "default-runtime-class", defaults.RuntimeClassName, "Runtime class of sandboxes whose spec and template name none.")
 	fs.DurationVar(&defaults.Timeout, "default-timeout", defaults.Timeout, "Lifetime of sandboxes whose spec and template set none.")
 	fs.DurationVar(&defaults.MaxTimeout, "max-timeout", defaults.MaxTimeout, "Cap on every sandbox's lifetime (at most 24h, the API's own cap).")
-	fs.StringVar(&isolating, "isolating-handlers", strings.Join(defaults.IsolatingHandlers, ","), "Comma-separated globs of the RuntimeClass handlers that isolate (gVisor runsc, Kata); sandboxes under any other handler are refused, and only these may run a template's commands as root.")
+	fs.StringVar(&isolating, "isolating-handlers", strings.Join(defaults.IsolatingHandlers, ","), "Comma-separated globs of the RuntimeClass handlers that isolate (gVisor: runsc, runsc-*, GKE Sandbox's gvisor; Kata: kata*); sandboxes under any other handler are refused, and only these may run a template's commands as root.")
 	fs.BoolVar(&defaults.AllowUnisolated, "allow-unisolated-runtimes", false, "Let sandboxes run under non-isolating handlers such as runc; status.isolation then says none. Not a security boundary for hostile code.")
+	fs.BoolVar(&defaults.AllowUnverified, "allow-unverified-isolation", false, "Let sandboxes run whose pod found nothing proving the isolation its handler promises (gVisor without its marker file and with its kernel log unreadable), though it does not run its node's kernel; status.isolation then says unverified.")
 	fs.StringVar(&podOpts.GateTarget, "gate-target", "", "host:port the network gate probes: it must listen and be denied by the sandbox's policy. Empty: the pod's node IP and the kubelet port from the Node's status.")
 	fs.DurationVar(&podOpts.GateTimeout.Duration, "network-gate-timeout", podOpts.GateTimeout.Duration, "How long a new pod waits for its network isolation to take effect before it fails.")
 	fs.IntVar(&podOpts.ProcessLimit, "process-limit", podOpts.ProcessLimit, "Most processes the sandbox user may have (RLIMIT_NPROC) under --process-limit-handlers; 0 disables.")
@@ -180,7 +181,8 @@ func run() error {
 		return err
 	}
 	log.Info("starting manager", "version", version.Version, "initImage", podOpts.InitImage,
-		"isolatingHandlers", defaults.IsolatingHandlers, "allowUnisolatedRuntimes", defaults.AllowUnisolated, "gateTarget", podOpts.GateTarget)
+		"isolatingHandlers", defaults.IsolatingHandlers, "allowUnisolatedRuntimes", defaults.AllowUnisolated,
+		"allowUnverifiedIsolation", defaults.AllowUnverified, "gateTarget", podOpts.GateTarget)
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 

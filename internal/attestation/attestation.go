@@ -3,9 +3,10 @@
 //
 // PID 1 writes one line to its own stderr — the container's log — after it proved the runtime's isolation and
 // saw its network gate's target blocked, and before it serves any command: its session key (package
-// pid1link), the kernel and marker it saw, and the exact target its gate probed. No command can exist before
-// that line, and none can write to PID 1's log afterwards (PID 1 is undumpable and hands its own stdout and
-// stderr to no child), so the first such line of the log is PID 1's own. The controller reads it over
+// pid1link), the isolation it proved and by what evidence, the kernel and marker it saw, and the exact target
+// its gate probed. No command can exist before that line, and none can write to PID 1's log afterwards (PID 1
+// is undumpable and hands its own stdout and stderr to no child), so the first such line of the log is PID 1's
+// own. The controller reads it over
 // pods/log, checks the gate's target against the address known to listen, and records the key in the
 // Sandbox's status; the gateway then talks only to the holder of that key.
 package attestation
@@ -29,8 +30,14 @@ type Statement struct {
 	V int `json:"v"`
 	// Key is PID 1's session key (pid1link.Identity.PublicKey).
 	Key string `json:"key"`
-	// Isolation is what PID 1 proved of its runtime: gvisor, vm or none (its --expect-isolation).
+	// Isolation is what PID 1 proved of its runtime: gvisor, vm or none (its --expect-isolation), or
+	// unverified when it was to prove gvisor and found nothing that does (Unverified says what it looked for).
 	Isolation string `json:"isolation"`
+	// Method is the evidence that proved Isolation: marker (gVisor's marker file), kernel-log (gVisor's boot
+	// lines in the kernel log) or kernel (a kernel no node runs); empty for none and unverified.
+	Method string `json:"method,omitempty"`
+	// Unverified says what PID 1 looked for and did not find, when Isolation is unverified.
+	Unverified string `json:"unverified,omitempty"`
 	// Kernel is the kernel release PID 1 saw; GVisorMarker, whether gVisor's marker file was there.
 	Kernel       string `json:"kernel"`
 	GVisorMarker bool   `json:"gvisor_marker"`

@@ -7,12 +7,12 @@ import (
 )
 
 func TestLineAndFind(t *testing.T) {
-	st := Statement{Key: "ed25519:AAAA", Isolation: "gvisor", Kernel: "4.4.0", GVisorMarker: true, GateTarget: "10.0.0.1:10250", Gate: "refused"}
+	st := Statement{Key: "ed25519:AAAA", Isolation: "gvisor", Method: "kernel-log", Kernel: "4.4.0", GateTarget: "10.0.0.1:10250", Gate: "refused"}
 	line, err := Line(st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := "airlock-init: kernel 4.4.0, gVisor marker true; network isolation in effect after 1ms\n" + string(line) +
+	log := "airlock-init: kernel 4.4.0, isolation gvisor (kernel-log); network isolation in effect after 1ms\n" + string(line) +
 		"airlock-init pid1: keeper: \"x\"\n"
 	got, err := Find([]byte(log))
 	if err != nil {
@@ -21,6 +21,20 @@ func TestLineAndFind(t *testing.T) {
 	st.V = Version
 	if *got != st {
 		t.Fatalf("got %+v, want %+v", got, st)
+	}
+}
+
+// What a manager of the previous release wrote and read (no method) still reads, and an unverified statement
+// keeps its reason.
+func TestFindReadsOptionalFields(t *testing.T) {
+	old := Prefix + `{"v":1,"key":"k","isolation":"gvisor","kernel":"4.4.0","gvisor_marker":true,"gate_target":"a:1","gate":"refused"}` + "\n"
+	got, err := Find([]byte(old))
+	if err != nil || got.Method != "" || !got.GVisorMarker {
+		t.Fatalf("an older PID 1's statement: %+v, %v", got, err)
+	}
+	line, _ := Line(Statement{Key: "k", Isolation: "unverified", Unverified: "no marker", GateTarget: "a:1"})
+	if got, err := Find(line); err != nil || got.Unverified != "no marker" || got.Isolation != "unverified" {
+		t.Fatalf("an unverified statement: %+v, %v", got, err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	airlockv1 "airlock.dev/airlock/api/v1alpha1"
 	"airlock.dev/airlock/internal/attestation"
 	"airlock.dev/airlock/internal/pid1link"
 	"airlock.dev/airlock/internal/sandbox"
@@ -31,9 +32,23 @@ func attestedAs(pod *corev1.Pod) *attestation.Statement {
 	if strings.HasPrefix(host, "$(") {
 		host = pod.Status.HostIP
 	}
-	return &attestation.Statement{V: attestation.Version, Key: testKey, Isolation: sandbox.IsolationFlag(iso), Kernel: "4.4.0",
-		GVisorMarker: true, GateTarget: net.JoinHostPort(host, sandbox.PodArg(pod, sandbox.GatePortFlag)), Gate: "refused",
+	st := &attestation.Statement{V: attestation.Version, Key: testKey, Isolation: sandbox.IsolationFlag(iso), Kernel: "4.4.0",
+		GateTarget: net.JoinHostPort(host, sandbox.PodArg(pod, sandbox.GatePortFlag)), Gate: "refused",
 		ProxyTarget: sandbox.PodArg(pod, sandbox.ProxyTargetFlag)}
+	switch iso {
+	case airlockv1.IsolationGVisor:
+		st.GVisorMarker, st.Method = true, string(airlockv1.MethodMarker)
+	case airlockv1.IsolationKata:
+		st.Kernel, st.Method = "6.12.0-kata", string(airlockv1.MethodKernel)
+	}
+	return st
+}
+
+// attestUnverified plays a PID 1 that was to prove gVisor and found neither its marker nor its kernel log, on
+// a kernel: gVisor's own, or its node's.
+func attestUnverified(st *attestation.Statement, kernel string) {
+	st.Isolation, st.Method, st.GVisorMarker, st.Kernel = sandbox.AttestedUnverified, "", false, kernel
+	st.Unverified = "gVisor's marker /proc/gvisor/kernel_is_gvisor is absent (runsc runs without --gvisor-marker-file) and the kernel log (syslog(2)) cannot be read (syslog(2): operation not permitted)"
 }
 
 // attestingLogs stands in for pods/log: each pod's log is the attestation of a PID 1 that did what its flags say,

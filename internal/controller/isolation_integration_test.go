@@ -28,7 +28,7 @@ func TestIntegrationUnisolatedHandlerIsRefused(t *testing.T) {
 		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonRuntimeNotIsolating))
 		msg := meta.FindStatusCondition(s.Status.Conditions, airlockv1.ConditionReady).Message
 		g.Expect(msg).To(And(ContainSubstring(`RuntimeClass "runc"`), ContainSubstring(`handler "runc"`),
-			ContainSubstring("--isolating-handlers=runsc,kata*"), ContainSubstring("--allow-unisolated-runtimes")))
+			ContainSubstring("--isolating-handlers=runsc,runsc-*,gvisor,kata*"), ContainSubstring("--allow-unisolated-runtimes")))
 	}).WithTimeout(waitLong).Should(Succeed())
 	g.Expect(c.Get(ctx, key(ns, "plain"), &corev1.Pod{})).To(MatchError(apierrors.IsNotFound, "IsNotFound"))
 }
@@ -50,7 +50,7 @@ func TestIntegrationUnisolatedAllowedSaysNone(t *testing.T) {
 		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("True/" + ReasonReady))
 		g.Expect(s.Status.Isolation).To(Equal(airlockv1.IsolationNone))
 		g.Expect(s.Status.RuntimeHandler).To(Equal("runc"))
-		g.Expect(s.Status.IsolationEvidence).To(Equal(&airlockv1.IsolationEvidence{Proven: airlockv1.IsolationNone, NodeKernel: envNodeKernel,
+		g.Expect(s.Status.IsolationEvidence).To(Equal(&airlockv1.IsolationEvidence{Proven: airlockv1.IsolationNone, PodKernel: "4.4.0", NodeKernel: envNodeKernel,
 			GateTarget: "10.123.0.1:10250", Gate: "refused"}))
 	}).WithTimeout(waitLong).Should(Succeed())
 }
@@ -164,5 +164,67 @@ func TestIntegrationRuntimeEvidenceIsChecked(t *testing.T) {
 		g.Expect(condition(s, airlockv1.ConditionNetworkIsolated)).To(Equal("False/" + ReasonGateUnproven))
 		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonNotIsolated))
 		g.Expect(s.Status.Isolation).To(BeEmpty())
+	}).WithTimeout(waitLong).Should(Succeed())
+}
+
+// GKE Sandbox's handler (gvisor) is isolating by default and its runsc has no marker file: its pod proves gVisor
+// by the kernel log; where nothing proves it, status says unverified and the sandbox is refused unless the
+// operator allows it; on its node's own kernel it is a mismatch, allowed or not. Fails with the unverified
+// judgement of runtimeBlocker removed (unverifiedBlocker): checked.
+func TestIntegrationUnverifiedIsolation(t *testing.T) {
+	_, c := startEnv(t)
+	attest := func(pod *corev1.Pod, st *attestation.Statement) {
+		switch pod.Labels[sandbox.LabelName] {
+		case "kernel-log":
+			st.GVisorMarker, st.Method = false, string(airlockv1.MethodKernelLog)
+		case "unproven", "unproven-allowed":
+			attestUnverified(st, "4.4.0")
+		case "on-host":
+			attestUnverified(st, envNodeKernel)
+		}
+	}
+	stop := startManager(t, managerOptions{attest: attest})
+	ctx, g := context.Background(), NewWithT(t)
+	ns := newNamespace(t, c)
+	run := func(name string) {
+		g.Expect(c.Create(ctx, makeSandbox(ns, name).image("busybox").runtime("gke-gvisor").obj())).To(Succeed())
+		pod, _ := getPodAndPolicy(t, c, ns, name)
+		g.Expect(pod.Spec.Containers[0].Command).To(ContainElement("--expect-isolation=gvisor"))
+		markPodRunning(t, c, pod, 0)
+	}
+	for _, name := range []string{"kernel-log", "unproven", "on-host"} {
+		run(name)
+	}
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "kernel-log")
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("True/" + ReasonReady))
+		g.Expect(s.Status.Isolation).To(Equal(airlockv1.IsolationGVisor))
+		g.Expect(s.Status.IsolationEvidence.Method).To(Equal(airlockv1.MethodKernelLog))
+		g.Expect(s.Status.RuntimeHandler).To(Equal("gvisor"))
+
+		s = getSandbox(t, c, ns, "unproven")
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonIsolationUnverified))
+		g.Expect(s.Status.Phase).To(Equal(airlockv1.PhaseFailed))
+		g.Expect(s.Status.Isolation).To(Equal(airlockv1.IsolationUnverified))
+		g.Expect(s.Status.IsolationEvidence.Unverified).To(ContainSubstring("syslog(2)"))
+		g.Expect(meta.FindStatusCondition(s.Status.Conditions, airlockv1.ConditionReady).Message).To(
+			And(ContainSubstring("--allow-unverified-isolation"), ContainSubstring("gvisor-marker-file")))
+
+		s = getSandbox(t, c, ns, "on-host")
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("False/" + ReasonRuntimeMismatch))
+		g.Expect(s.Status.Phase).To(Equal(airlockv1.PhaseFailed))
+	}).WithTimeout(waitLong).Should(Succeed())
+
+	stop()
+	allowing := sandbox.DefaultDefaults()
+	allowing.AllowUnverified = true
+	startManager(t, managerOptions{attest: attest, defaults: &allowing})
+	run("unproven-allowed")
+	g.Eventually(func(g Gomega) {
+		s := getSandbox(t, c, ns, "unproven-allowed")
+		g.Expect(condition(s, airlockv1.ConditionReady)).To(Equal("True/" + ReasonReady))
+		g.Expect(s.Status.Isolation).To(Equal(airlockv1.IsolationUnverified))
+		g.Expect(s.Status.IsolationEvidence.PodKernel).To(Equal("4.4.0"))
+		g.Expect(condition(getSandbox(t, c, ns, "on-host"), airlockv1.ConditionReady)).To(Equal("False/" + ReasonRuntimeMismatch))
 	}).WithTimeout(waitLong).Should(Succeed())
 }

@@ -43,6 +43,9 @@ const (
 	ReasonRuntimeNotIsolating = "RuntimeNotIsolating"
 	// ReasonRuntimeMismatch: the pod, seen from inside, is not isolated the way its handler promises.
 	ReasonRuntimeMismatch = "RuntimeMismatch"
+	// ReasonIsolationUnverified: the pod found nothing that proves the isolation its handler promises (it runs
+	// no node's kernel), and the operator does not allow unverified isolation.
+	ReasonIsolationUnverified = "IsolationUnverified"
 	// ReasonInitMismatch: the pod's airlock-init is missing or of another release than the manager (a
 	// template's init: Image whose image does not hold the manager's).
 	ReasonInitMismatch = "InitMismatch"

@@ -150,6 +150,12 @@ func TestComputeStatusRuntimeIsolation(t *testing.T) {
 	allowing := sandbox.DefaultDefaults()
 	allowing.AllowUnisolated = true
 	host := &airlockv1.IsolationEvidence{Proven: airlockv1.IsolationNone, NodeKernel: "6.1.0-host", GateTarget: "10.123.0.1:10250"}
+	allowingUnverified := sandbox.DefaultDefaults()
+	allowingUnverified.AllowUnverified = true
+	unverified := &airlockv1.IsolationEvidence{Proven: airlockv1.IsolationUnverified, Unverified: "gVisor's marker is absent",
+		PodKernel: "4.4.0", NodeKernel: "6.1.0-host", GateTarget: "10.123.0.1:10250"}
+	unverifiedOnHost := unverified.DeepCopy()
+	unverifiedOnHost.PodKernel = "6.1.0-host"
 	vm := &airlockv1.IsolationEvidence{Proven: airlockv1.IsolationKata, NodeKernel: "6.1.0-host", GateTarget: "10.123.0.1:10250"}
 	tests := map[string]struct {
 		handler   string
@@ -168,6 +174,13 @@ func TestComputeStatusRuntimeIsolation(t *testing.T) {
 		"runc allowed says none":            {"runc", host, allowing, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationNone, ""},
 		"unknown handler, host kernel":      {"", host, strict, airlockv1.PhaseFailed, "False/RuntimeNotIsolating", airlockv1.IsolationNone, "node's own kernel"},
 		"unknown handler, gVisor is gVisor": {"", gvisorEvidence(), strict, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationGVisor, ""},
+		// Fails with unverifiedBlocker's allowance check removed: checked.
+		"gVisor unverified, refused": {"gvisor", unverified, strict, airlockv1.PhaseFailed, "False/IsolationUnverified", airlockv1.IsolationUnverified,
+			"--allow-unverified-isolation"},
+		"gVisor unverified, allowed": {"gvisor", unverified, allowingUnverified, airlockv1.PhaseReady, "True/Ready", airlockv1.IsolationUnverified, ""},
+		// Fails with unverifiedBlocker's kernel check removed: checked.
+		"unverified on its node's kernel, even allowed": {"gvisor", unverifiedOnHost, allowingUnverified, airlockv1.PhaseFailed, "False/RuntimeMismatch",
+			airlockv1.IsolationUnverified, "its node's own kernel 6.1.0-host"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -271,13 +284,40 @@ func TestBuildEvidence(t *testing.T) {
 			"", "supervisor key"},
 		"PID 1 reached another proxy": {good, node, "", attested(good, func(s *attestation.Statement) { s.ProxyTarget = "10.0.0.5:3128" }),
 			"", "egress proxy"},
+		"gVisor by its kernel log": {good, node, "", attested(good, func(s *attestation.Statement) {
+			s.GVisorMarker, s.Method = false, "kernel-log"
+		}), airlockv1.IsolationGVisor, ""},
+		"gVisor from a PID 1 that names no method": {good, node, "", attested(good, func(s *attestation.Statement) { s.Method = "" }),
+			airlockv1.IsolationGVisor, ""},
+		"gVisor unverified, with what was looked for": {good, node, "", attested(good, func(s *attestation.Statement) { attestUnverified(s, "4.4.0") }),
+			airlockv1.IsolationUnverified, ""},
+		// Each of these fails with attestedIsolation's check removed: checked.
+		"gVisor by a method that proves a VM": {good, node, "", attested(good, func(s *attestation.Statement) { s.Method = "kernel" }),
+			"", `by "kernel", which does not prove it`},
+		"gVisor by no evidence at all": {good, node, "", attested(good, func(s *attestation.Statement) { s.Method, s.GVisorMarker = "", false }),
+			"", `by "", which does not prove it`},
+		"unverified without a reason": {good, node, "", attested(good, func(s *attestation.Statement) {
+			attestUnverified(s, "4.4.0")
+			s.Unverified = ""
+		}), "", "without saying what it looked for"},
+		"unverified where a VM was to be proven": {vm, node, "", attested(vm, func(s *attestation.Statement) { attestUnverified(s, "4.4.0") }),
+			"", `attests "unverified" isolation, but was told to prove kata`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			ev, err := buildEvidence(tc.pod, tc.node, tc.gateTarget, tc.st)
 			if tc.wantErr == "" {
-				if err != nil || ev == nil || ev.Proven != tc.want || ev.NodeKernel != "6.1.0-host" || ev.GateTarget != tc.st.GateTarget || ev.Gate != "refused" {
+				if err != nil || ev == nil || ev.Proven != tc.want || ev.NodeKernel != "6.1.0-host" || ev.GateTarget != tc.st.GateTarget || ev.Gate != "refused" ||
+					ev.PodKernel != tc.st.Kernel || ev.Unverified != tc.st.Unverified {
 					t.Fatalf("got %+v, %v", ev, err)
+				}
+				if method := map[airlockv1.Isolation]airlockv1.IsolationMethod{airlockv1.IsolationGVisor: airlockv1.MethodMarker,
+					airlockv1.IsolationKata: airlockv1.MethodKernel}[tc.want]; tc.st.Method != "" {
+					if ev.Method != airlockv1.IsolationMethod(tc.st.Method) {
+						t.Errorf("method %q, attested %q", ev.Method, tc.st.Method)
+					}
+				} else if ev.Method != method {
+					t.Errorf("method %q, want %q for a PID 1 that names none", ev.Method, method)
 				}
 				return
 			}

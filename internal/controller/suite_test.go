@@ -98,7 +98,8 @@ func startEnv(tb testing.TB) (*rest.Config, client.Client) {
 		if envErr != nil {
 			return
 		}
-		for name, handler := range map[string]string{"gvisor": "runsc", "runc": "runc", "kata": "kata-qemu"} {
+		// gke-gvisor is GKE Sandbox's class: handler gvisor.
+		for name, handler := range map[string]string{"gvisor": "runsc", "runc": "runc", "kata": "kata-qemu", "gke-gvisor": "gvisor"} {
 			rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Handler: handler}
 			if envErr = envClient.Create(context.Background(), rc); envErr != nil {
 				return

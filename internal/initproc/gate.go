@@ -7,9 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -20,9 +18,6 @@ import (
 
 // terminationLog is where Kubernetes reads a container's last words into its status (Terminated.Message).
 const terminationLog = "/dev/termination-log"
-
-// gvisorMarker exists only under gVisor, and only with runsc's --gvisor-marker-file (docs/runtimes.md).
-const gvisorMarker = "/proc/gvisor/kernel_is_gvisor"
 
 // RuntimeMismatchPrefix starts the termination message of a pod whose runtime, seen from inside, is not the
 // isolation its RuntimeClass promised: the controller fails the Sandbox with RuntimeMismatch on it.
@@ -64,8 +59,10 @@ type gateConfig struct {
 	hostKernels       []string
 	termLog           string
 	marker            string
-	readyPort         int
-	protocol          int
+	// kernelLog reads the kernel log (readKernelLog; tests stand in for it).
+	kernelLog func() ([]byte, error)
+	readyPort int
+	protocol  int
 	// localTargets lets an empty host skip the network gate and a loopback one count (PID1ForTests).
 	localTargets bool
 }
@@ -76,7 +73,7 @@ func (g *gateConfig) bind(fs *flag.FlagSet) {
 	fs.IntVar(&g.port, "gate-port", 10250, "port on gate-host that listens but is blocked by the sandbox's policy (the kubelet's)")
 	fs.DurationVar(&g.timeout, "gate-timeout", 30*time.Second, "how long to wait for isolation before failing the pod")
 	fs.StringVar(&g.proxyTarget, "proxy-target", "", "host:port of the egress proxy, which must be reached once the gate target is blocked (Restricted sandboxes with an allowlist)")
-	fs.StringVar(&g.expect, "expect-isolation", ExpectNone, "isolation the runtime must give, checked from inside: gvisor (gVisor's marker file), vm (a kernel no node runs) or none")
+	fs.StringVar(&g.expect, "expect-isolation", ExpectNone, "isolation the runtime must give, checked from inside: gvisor (gVisor's marker file, else its boot lines in the kernel log; neither: attested unverified), vm (a kernel no node runs) or none")
 	fs.Func("host-kernel", "a kernel release the nodes run (repeatable): under --expect-isolation=vm the pod's kernel must be none of them", func(s string) error {
 		g.hostKernels = append(g.hostKernels, s)
 		return nil
@@ -85,6 +82,7 @@ func (g *gateConfig) bind(fs *flag.FlagSet) {
 	fs.IntVar(&g.readyPort, "ready-port", 0, "TCP port that answers HTTP 200 once the gate passed (the pod's httpGet readiness probe); 0: none")
 	fs.IntVar(&g.protocol, "protocol", 0, "the manager's init protocol; another than this binary's fails the pod (0: not checked)")
 	g.marker = gvisorMarker
+	g.kernelLog = readKernelLog
 	g.localTargets = localGateTargets
 }
 
@@ -123,6 +121,7 @@ func (g *gateConfig) check() error {
 type gateResult struct {
 	kernel      string
 	marker      bool
+	runtime     runtimeProof
 	target      string
 	gate        Gate
 	proxyTarget string
@@ -136,15 +135,16 @@ func (g *gateConfig) run(log io.Writer) (*gateResult, error) {
 		return nil, fmt.Errorf("reading the kernel release: %w", err)
 	}
 	marker := hasGVisorMarker(g.marker)
-	if err := g.checkRuntime(kernel, marker); err != nil {
+	proof, err := g.proveRuntime(kernel, marker)
+	if err != nil {
 		return nil, err
 	}
-	res := &gateResult{kernel: kernel, marker: marker}
+	res := &gateResult{kernel: kernel, marker: marker, runtime: proof}
 	if err := g.checkTarget(); err != nil {
 		return nil, err
 	}
 	if g.host == "" { // only outside a pod (PID1ForTests)
-		fmt.Fprintf(log, "airlock-init: kernel %s, gVisor marker %t; no network gate\n", kernel, marker)
+		fmt.Fprintf(log, "airlock-init: kernel %s, %s; no network gate\n", kernel, proof)
 		return res, nil
 	}
 	res.target = net.JoinHostPort(g.host, strconv.Itoa(g.port))
@@ -162,25 +162,9 @@ func (g *gateConfig) run(log io.Writer) (*gateResult, error) {
 		res.proxyTarget = g.proxyTarget
 		proxy = ", egress proxy " + g.proxyTarget + " reached"
 	}
-	fmt.Fprintf(log, "airlock-init: kernel %s, gVisor marker %t; network isolation in effect after %s: %s %s%s\n",
-		kernel, marker, took.Round(time.Millisecond), res.target, gate, proxy)
+	fmt.Fprintf(log, "airlock-init: kernel %s, %s; network isolation in effect after %s: %s %s%s\n",
+		kernel, proof, took.Round(time.Millisecond), res.target, gate, proxy)
 	return res, nil
-}
-
-// checkRuntime refuses a runtime that is not the isolation the RuntimeClass promised: gVisor proves itself by
-// its marker, a VM by a kernel that none of the nodes runs.
-func (g *gateConfig) checkRuntime(kernel string, marker bool) error {
-	switch {
-	case g.expect == ExpectGVisor && !marker:
-		return fmt.Errorf("%sthe RuntimeClass should give gVisor isolation, but from inside the pod the kernel is %q and gVisor's marker %s is absent (runsc proves gVisor with it: enable gvisor-marker-file in the runsc config, docs/runtimes.md)",
-			RuntimeMismatchPrefix, kernel, g.marker)
-	case g.expect == ExpectVM && marker:
-		return fmt.Errorf("%sthe RuntimeClass should give a VM, but gVisor's marker is present: this is gVisor", RuntimeMismatchPrefix)
-	case g.expect == ExpectVM && slices.Contains(g.hostKernels, kernel):
-		return fmt.Errorf("%sthe RuntimeClass should give a VM, but from inside the pod the kernel is %q, which a node runs: this is the node's own kernel",
-			RuntimeMismatchPrefix, kernel)
-	}
-	return nil
 }
 
 // WaitBlocked dials target until an attempt is blocked the way a policy blocks a port that listens: refused
@@ -246,13 +230,6 @@ func kernelRelease() (string, error) {
 		return "", err
 	}
 	return unix.ByteSliceToString(u.Release[:]), nil
-}
-
-// hasGVisorMarker reports whether gVisor's marker file says so. Any doubt is "no": a sandbox that should be
-// gVisor then fails as unproven rather than being trusted.
-func hasGVisorMarker(path string) bool {
-	b, err := os.ReadFile(path)
-	return err == nil && strings.TrimSpace(string(b)) == "gvisor"
 }
 
 // writeTerminationLog writes msg to the termination log, which Kubernetes creates; outside a pod there is none.

@@ -129,7 +129,7 @@ func TestGateLogsWhatItSaw(t *testing.T) {
 		t.Errorf("the gate reports %+v, want %s refused", seen, net.JoinHostPort(host, port))
 	}
 	kernel, _ := kernelRelease()
-	if want := fmt.Sprintf("kernel %s, gVisor marker false; network isolation in effect after", kernel); !strings.Contains(log.String(), want) ||
+	if want := fmt.Sprintf("kernel %s, isolation none; network isolation in effect after", kernel); !strings.Contains(log.String(), want) ||
 		!strings.Contains(log.String(), net.JoinHostPort(host, port)+" refused") {
 		t.Errorf("log %q: want %q and the target refused", log.String(), want)
 	}
@@ -163,24 +163,34 @@ func TestGateReachesTheProxyAfterTheBlock(t *testing.T) {
 	}
 }
 
-// TestGateChecksTheRuntime: a runtime that is not the promised isolation fails the gate with RuntimeMismatchPrefix,
-// which the controller turns into RuntimeMismatch; what was promised and seen passes.
+// TestGateChecksTheRuntime: a runtime that is the opposite of the promised isolation fails the gate with
+// RuntimeMismatchPrefix, which the controller turns into RuntimeMismatch; gVisor is proven by its marker, else by
+// its boot lines in the kernel log, and without either it is attested unverified (the controller judges it).
 func TestGateChecksTheRuntime(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "kernel_is_gvisor")
 	kernel, _ := kernelRelease()
+	gvisorLog := func() ([]byte, error) { return []byte(gvisorKernelLog), nil }
+	hostLog := func() ([]byte, error) { return []byte(linuxKernelLog), nil }
+	refused := func() ([]byte, error) { return nil, fmt.Errorf("syslog(2): %w", syscall.EPERM) }
 	for _, tc := range []struct {
 		name     string
 		args     []string
 		marker   bool
+		klog     func() ([]byte, error)
 		mismatch bool
+		want     runtimeProof
 	}{
-		{"gvisor with its marker", []string{"--expect-isolation=gvisor"}, true, false},
-		{"gvisor without the marker", []string{"--expect-isolation=gvisor"}, false, true},
-		{"vm on a kernel no node runs", []string{"--expect-isolation=vm", "--host-kernel=6.1.0-node"}, false, false},
-		{"vm on a node's kernel", []string{"--expect-isolation=vm", "--host-kernel=6.1.0-node", "--host-kernel=" + kernel}, false, true},
-		{"vm that is gVisor", []string{"--expect-isolation=vm", "--host-kernel=6.1.0-node"}, true, true},
-		{"none", nil, false, false},
+		{"gvisor with its marker", []string{"--expect-isolation=gvisor"}, true, refused, false, runtimeProof{isolation: "gvisor", method: MethodMarker}},
+		{"gvisor by its kernel log", []string{"--expect-isolation=gvisor"}, false, gvisorLog, false, runtimeProof{isolation: "gvisor", method: MethodKernelLog}},
+		{"gvisor unproven: log refused", []string{"--expect-isolation=gvisor"}, false, refused, false,
+			runtimeProof{isolation: Unverified, unverified: "is absent (runsc runs without --gvisor-marker-file) and the kernel log (syslog(2)) cannot be read (syslog(2): operation not permitted)"}},
+		{"gvisor unproven: a real kernel's log", []string{"--expect-isolation=gvisor"}, false, hostLog, false,
+			runtimeProof{isolation: Unverified, unverified: "and the kernel log (syslog(2)) holds no gVisor boot line"}},
+		{"vm on a kernel no node runs", []string{"--expect-isolation=vm", "--host-kernel=6.1.0-node"}, false, gvisorLog, false, runtimeProof{isolation: "vm", method: MethodKernel}},
+		{"vm on a node's kernel", []string{"--expect-isolation=vm", "--host-kernel=6.1.0-node", "--host-kernel=" + kernel}, false, hostLog, true, runtimeProof{}},
+		{"vm that is gVisor", []string{"--expect-isolation=vm", "--host-kernel=6.1.0-node"}, true, gvisorLog, true, runtimeProof{}},
+		{"none", nil, false, gvisorLog, false, runtimeProof{isolation: "none"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			os.Remove(marker)
@@ -188,12 +198,70 @@ func TestGateChecksTheRuntime(t *testing.T) {
 				_ = os.WriteFile(marker, []byte("gvisor\n"), 0o444)
 			}
 			g := gateOf(t, tc.args...)
-			g.marker = marker
-			_, err := g.run(io.Discard)
+			g.marker, g.kernelLog = marker, tc.klog
+			seen, err := g.run(io.Discard)
 			if got := err != nil && strings.HasPrefix(err.Error(), RuntimeMismatchPrefix); got != tc.mismatch || (err != nil && !got) {
-				t.Errorf("err %v, want mismatch %v", err, tc.mismatch)
+				t.Fatalf("err %v, want mismatch %v", err, tc.mismatch)
+			}
+			if tc.mismatch {
+				return
+			}
+			got := seen.runtime
+			if got.isolation != tc.want.isolation || got.method != tc.want.method || !strings.Contains(got.unverified, tc.want.unverified) ||
+				(tc.want.unverified == "") != (got.unverified == "") {
+				t.Errorf("proved %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// gvisorKernelLog is what gVisor's Sentry answers syslog(2) with (pkg/sentry/kernel/syslog.go: "<6>[%11.6f] %s\n",
+// "Starting gVisor..." at 0, ten of its lines, "Ready!"), as seen under runsc on the local cluster.
+const gvisorKernelLog = "<6>[   0.000000] Starting gVisor...\n" +
+	"<6>[   0.512345] Reticulating splines...\n" +
+	"<6>[   0.901234] Digging up root...\n" +
+	"<6>[   1.234567] Ready!\n"
+
+// linuxKernelLog is the start of a real kernel's log as syslog(2) returns it.
+const linuxKernelLog = "<5>[    0.000000] Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org)\n" +
+	"<6>[    0.000000] Command line: BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=/dev/vda ro\n"
+
+// Only gVisor's own first line proves gVisor: the same words anywhere else, or logged as anything but the
+// kernel's own message at time 0, do not. Fails with the check loosened to "the log mentions Starting gVisor":
+// checked.
+func TestGVisorBooted(t *testing.T) {
+	for log, want := range map[string]bool{
+		gvisorKernelLog:                       true,
+		"<6>[   0.000000] Starting gVisor...": true, // no newline after it
+		linuxKernelLog:                        false,
+		"":                                    false,
+		// A line a process wrote to /dev/kmsg gets the user facility and the time it was written.
+		linuxKernelLog + "<14>[ 5012.000001] Starting gVisor...\n": false,
+		"<14>[ 5012.000001] Starting gVisor...\n":                  false,
+		// The ring buffer wrapped: its first record is a later one, never at time 0.
+		"<6>[ 8123.417000] Starting gVisor...\n":                                      false,
+		"<6>[   0.000000] Starting gVisor... and more\n":                              false,
+		" <6>[   0.000000] Starting gVisor...\n":                                      false,
+		"<6>[   0.000000] Linux version 4.4.0\n<6>[   0.000000] Starting gVisor...\n": false,
+	} {
+		if got := gvisorBooted([]byte(log)); got != want {
+			t.Errorf("%q: %v, want %v", log, got, want)
+		}
+	}
+}
+
+// The real kernel this runs on is never taken for gVisor: syslog(2) either refuses or answers with its own log.
+func TestRealKernelLogIsNotGVisor(t *testing.T) {
+	log, err := readKernelLog()
+	if err == nil && gvisorBooted(log) {
+		t.Fatalf("this machine's kernel log was taken for gVisor's: %q", log[:min(len(log), 200)])
+	}
+	t.Logf("syslog(2) here: %d bytes, err %v", len(log), err)
+	g := gateOf(t, "--expect-isolation=gvisor")
+	g.marker = filepath.Join(t.TempDir(), "absent")
+	seen, err := g.run(io.Discard)
+	if err != nil || seen.runtime.isolation != Unverified {
+		t.Fatalf("a gVisor handler on a real kernel: %+v, %v; want unverified", seen, err)
 	}
 }
 
@@ -205,7 +273,8 @@ func TestPID1FailsItsGateIntoTheTerminationLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	if code := PID1([]string{"--expect-isolation=gvisor", "--termination-log", termLog}, &stderr); code != 1 {
+	kernel, _ := kernelRelease()
+	if code := PID1([]string{"--expect-isolation=vm", "--host-kernel=" + kernel, "--termination-log", termLog}, &stderr); code != 1 {
 		t.Fatalf("exit %d, want 1: %s", code, stderr.String())
 	}
 	if b, _ := os.ReadFile(termLog); !strings.HasPrefix(string(b), RuntimeMismatchPrefix) {
@@ -235,11 +304,12 @@ func TestPID1RefusesAnotherProtocol(t *testing.T) {
 	if !strings.HasPrefix(string(b), InitMismatchPrefix) || !strings.Contains(string(b), "init to Volume") {
 		t.Errorf("termination log %q: want the init mismatch and what to change", b)
 	}
-	// Its own protocol passes the check: the gate then fails on this machine (no gVisor marker), as it would
-	// without the flag.
+	// Its own protocol passes the check: the gate then fails on this machine (a VM's handler on a node's
+	// kernel), as it would without the flag.
+	kernel, _ := kernelRelease()
 	for _, p := range []string{strconv.Itoa(version.InitProtocol), "0"} {
 		_ = os.WriteFile(termLog, nil, 0o644)
-		if code := PID1([]string{"--protocol=" + p, "--expect-isolation=gvisor", "--termination-log", termLog}, io.Discard); code != 1 {
+		if code := PID1([]string{"--protocol=" + p, "--expect-isolation=vm", "--host-kernel=" + kernel, "--termination-log", termLog}, io.Discard); code != 1 {
 			t.Fatalf("--protocol=%s: exit %d, want the gate's 1", p, code)
 		}
 		if b, _ := os.ReadFile(termLog); !strings.HasPrefix(string(b), RuntimeMismatchPrefix) {

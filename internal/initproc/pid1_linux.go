@@ -147,7 +147,8 @@ func PID1(args []string, stderr io.Writer) int {
 
 // attest writes PID 1's attestation (package attestation) to log: its session key and what its gate saw.
 func attest(log io.Writer, id *pid1link.Identity, g *gateConfig, seen *gateResult) error {
-	line, err := attestation.Line(attestation.Statement{Key: id.PublicKey(), Isolation: g.expect, Kernel: seen.kernel,
+	line, err := attestation.Line(attestation.Statement{Key: id.PublicKey(), Isolation: seen.runtime.isolation,
+		Method: seen.runtime.method, Unverified: seen.runtime.unverified, Kernel: seen.kernel,
 		GVisorMarker: seen.marker, GateTarget: seen.target, Gate: string(seen.gate), ProxyTarget: seen.proxyTarget})
 	if err != nil {
 		return err

@@ -70,6 +70,10 @@ const RuntimeMismatchPrefix = "runtime mismatch: "
 // expectFlag is pid1's --expect-isolation for an isolation.
 var expectFlag = map[airlockv1.Isolation]string{airlockv1.IsolationGVisor: "gvisor", airlockv1.IsolationKata: "vm", airlockv1.IsolationNone: "none"}
 
+// AttestedUnverified is what PID 1 attests when it was to prove gVisor and nothing it saw does: the same as
+// airlock-init's (internal/initproc.Unverified).
+const AttestedUnverified = "unverified"
+
 // IsolationFlag names an isolation as PID 1 does (its --expect-isolation, and its attestation).
 func IsolationFlag(iso airlockv1.Isolation) string { return expectFlag[iso] }
 

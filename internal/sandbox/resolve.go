@@ -28,6 +28,9 @@ type Defaults struct {
 	IsolatingHandlers []string
 	// AllowUnisolated lets sandboxes run under other handlers (e.g. runc); status.isolation then says none.
 	AllowUnisolated bool
+	// AllowUnverified lets sandboxes run whose pod found nothing proving its handler's isolation, though not
+	// the node's own kernel either; status.isolation then says unverified.
+	AllowUnverified bool
 }
 
 // DefaultDefaults are the built-in defaults (documented in docs/sizes.md).
@@ -36,7 +39,7 @@ func DefaultDefaults() Defaults {
 		RuntimeClassName:  "gvisor",
 		Timeout:           30 * time.Minute,
 		MaxTimeout:        24 * time.Hour,
-		IsolatingHandlers: []string{"runsc", "kata*"},
+		IsolatingHandlers: []string{"runsc", "runsc-*", "gvisor", "kata*"},
 	}
 }
 

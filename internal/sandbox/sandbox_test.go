@@ -135,7 +135,8 @@ func TestCheckRuntimeByHandler(t *testing.T) {
 		"kata glob":                      {strict, user, "kata-qemu", nil},
 		"kata exact":                     {strict, user, "kata", nil},
 		"runc refused":                   {strict, user, "runc", ErrNotIsolating},
-		"a name is not a handler":        {strict, user, "gvisor", ErrNotIsolating},
+		"GKE Sandbox's gvisor":           {strict, user, "gvisor", nil},
+		"a runsc platform variant":       {strict, user, "runsc-kvm", nil},
 		"runsc-like prefix is not runsc": {strict, user, "runscx", ErrNotIsolating},
 		"runc allowed":                   {allowing, user, "runc", nil},
 		"root under runsc":               {strict, root, "runsc", nil},
@@ -147,7 +148,7 @@ func TestCheckRuntimeByHandler(t *testing.T) {
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
-			if err != nil && (!strings.Contains(err.Error(), tc.handler) || !strings.Contains(err.Error(), "--isolating-handlers=runsc,kata*")) {
+			if err != nil && (!strings.Contains(err.Error(), tc.handler) || !strings.Contains(err.Error(), "--isolating-handlers=runsc,runsc-*,gvisor,kata*")) {
 				t.Errorf("message must name the handler and the allowlist: %v", err)
 			}
 		})
@@ -156,6 +157,7 @@ func TestCheckRuntimeByHandler(t *testing.T) {
 
 func TestExpectedIsolation(t *testing.T) {
 	d := DefaultDefaults()
+	d.IsolatingHandlers = []string{"runsc", "kata*"}
 	for handler, want := range map[string]airlockv1.Isolation{"runsc": airlockv1.IsolationGVisor, "runsc-kvm": airlockv1.IsolationNone,
 		"gvisor": airlockv1.IsolationNone, "kata-fc": airlockv1.IsolationKata, "runc": airlockv1.IsolationNone, "": airlockv1.IsolationNone} {
 		if handler == "runsc-kvm" || handler == "gvisor" {
