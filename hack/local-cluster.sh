@@ -504,6 +504,8 @@ render_configs() {
 	PAUSE_IMAGE="$("${HACK_DIR}/images.sh" ref pause)"
 	render "${HACK_DIR}/cluster/containerd.toml" "${CFG}/containerd.toml"
 	render "${HACK_DIR}/cluster/runsc.toml" "${CFG}/runsc.toml"
+	render "${HACK_DIR}/cluster/runsc-managed.toml" "${CFG}/runsc-managed.toml"
+	render "${HACK_DIR}/cluster/runsc-seccomp.toml" "${CFG}/runsc-seccomp.toml"
 	render "${HACK_DIR}/cluster/cni.conflist" "${CLUSTER_DIR}/cni/net.d/10-airlock.conflist"
 	render "${HACK_DIR}/cluster/kubelet.yaml" "${CFG}/kubelet.yaml"
 	render "${HACK_DIR}/cluster/kube-proxy.yaml" "${CFG}/kube-proxy.yaml"
