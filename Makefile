@@ -47,6 +47,8 @@ build: ## Build the manager, airlock-init and airlock CLI binaries into bin/ (al
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## go vet and golangci-lint (built from the Go module proxy into the machine-wide cache).
 	go vet ./...
+	go vet -tags registry ./test/helm/
+	cd hack/tools/release && go vet ./...
 	$(GOLANGCI_LINT) run ./...
 
 ##@ Demo
@@ -67,6 +69,7 @@ test: preflight verify test-unit test-sdk test-chart test-integration test-e2e #
 .PHONY: test-unit
 test-unit: ## Unit tests of the pure parts (no API server).
 	go test $(GO_TEST_FLAGS) ./api/... ./internal/... ./cmd/... ./test/hack/... -skip 'Integration'
+	cd hack/tools/release && go test $(GO_TEST_FLAGS) ./...
 
 # Debian's Python, which sees python3-httpx and python3-pytest (hack/preflight.sh), not a pyenv shim's.
 PYTHON ?= /usr/bin/python3
@@ -199,6 +202,30 @@ undeploy: ## Remove what `make deploy` installed (CRDs too: every Sandbox is del
 	$(KUBECTL) delete sandboxes.sandbox.airlock.dev --all --all-namespaces --ignore-not-found --timeout=2m || true
 	$(KUBECTL) delete --ignore-not-found -k config/keys
 	$(KUBECTL) delete --ignore-not-found -k config/default
+
+##@ Release
+
+# Architectures of the release's sandbox image: "amd64", or "amd64 arm64" where arm64 programs run under
+# qemu-user (hack/binfmt.sh; much slower to build). Airlock's own images are always amd64 and arm64.
+SANDBOX_ARCHS ?= amd64
+
+.PHONY: release
+release: $(HELM) ## Release artifacts into dist/: images as multi-arch OCI layouts, the chart, the SDKs' packages, CLI binaries, SHA256SUMS (docs/release.md).
+	HELM=$(HELM) SANDBOX_ARCHS="$(SANDBOX_ARCHS)" hack/release.sh build
+
+.PHONY: push
+push: $(HELM) ## Push dist/'s images and a chart pinning them by digest to REGISTRY=host[:port]/path; digests into dist/digests.json.
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=host[:port]/path (e.g. 127.0.0.1:5000/airlock)"; exit 1; }
+	HELM=$(HELM) hack/release.sh push "$(REGISTRY)"
+
+.PHONY: test-release
+test-release: $(HELM) release ## make release, then make push into a real registry (CNCF distribution) on loopback and check what it serves (test/release).
+	AIRLOCK_HELM=$(HELM) AIRLOCK_REGISTRY=$$(hack/build-registry.sh) go test $(GO_TEST_FLAGS) ./test/release/ -count=1 -v -timeout 20m
+
+.PHONY: test-release-cluster
+test-release-cluster: $(HELM) release ## On the running local cluster: `helm install oci://` of the chart pushed to a loopback registry, whose images containerd pulls (not imported).
+	eval "$$(hack/local-cluster.sh env)" && AIRLOCK_E2E_HELM=$(HELM) AIRLOCK_E2E_KUBECTL=$(KUBECTL) AIRLOCK_REGISTRY=$$(hack/build-registry.sh) \
+		go test -tags registry ./test/helm/ -run TestHelmInstallFromARegistry -count=1 -v -timeout 20m
 
 $(HELM):
 	@mkdir -p $(TOOLS_DIR)

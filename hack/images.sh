@@ -3,6 +3,8 @@
 #   hack/images.sh pause                 the pod sandbox (infra) image localhost/airlock/pause:${PAUSE_IMAGE_VERSION}
 #   hack/images.sh sandbox [RECIPE_DIR]  a Debian sandbox image from a recipe (default hack/images/sandbox-python), with
 #                                        this tree's airlock-init at /airlock/bin/airlock-init (templates' init: Image)
+#                                        (AIRLOCK_IMAGE_ARCH=arm64: for another architecture, under qemu-user; never
+#                                        imported. AIRLOCK_IMAGE_OUT=FILE: also copy its tarball and .digest to FILE)
 #   hack/images.sh binary NAME:TAG /path/to/static-binary [ENTRYPOINT ARGS...]
 #                                        one static binary in a minimal non-root (65532) image
 #                                        (AIRLOCK_IMAGE_OUT=FILE: also copy its tarball and .digest to FILE)
@@ -16,10 +18,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "${HACK_DIR}/node-lib.sh"
 
 # Bump when the packing logic below changes, so cached tarballs are rebuilt.
-RECIPE_VERSION=2
+RECIPE_VERSION=3
 # What airlock-init reports as its release: the Makefile's VERSION unless the caller set one.
 VERSION="${VERSION:-$(sed -n 's/^VERSION ?= //p' "${ROOT_DIR}/Makefile")}"
 IMAGES_CACHE="${AIRLOCK_CACHE}/images"
+# The architecture of sandbox images (Debian's name, the same as Go's for amd64 and arm64).
+HOST_ARCH="$(dpkg --print-architecture)"
+IMAGE_ARCH="${AIRLOCK_IMAGE_ARCH:-${HOST_ARCH}}"
+[[ "${IMAGE_ARCH}" == amd64 || "${IMAGE_ARCH}" == arm64 ]] || die "AIRLOCK_IMAGE_ARCH=${IMAGE_ARCH}: want amd64 or arm64"
 CTR=("${CONTAINERD_DIR}/ctr" --address "${CONTAINERD_SOCK}" -n k8s.io)
 
 # Temporary work directories, removed (after unmounting anything left below them) when the script exits.
@@ -155,9 +161,10 @@ build_sandbox() {
 	source "${recipe}/image.env"
 	local tag="${SANDBOX_IMAGE_VERSION}" mirror key dir
 	mirror="$(debian_mirror)"
-	key="$(hash_of "${recipe}"/* <(echo "${RECIPE_VERSION} ${tag} ${mirror}") <(cat /etc/apt/sources.list.d/debian.sources 2>/dev/null))"
+	key="$(hash_of "${recipe}"/* <(echo "${RECIPE_VERSION} ${tag} ${mirror} ${IMAGE_ARCH}") <(cat /etc/apt/sources.list.d/debian.sources 2>/dev/null))"
 	dir="${IMAGES_CACHE}/${IMAGE_NAME##*/}/${key}"
 	if [[ ! -f "${dir}/image.tar" ]]; then
+		[[ "${IMAGE_ARCH}" == "${HOST_ARCH}" ]] || check_foreign_arch "${IMAGE_ARCH}"
 		local start=${SECONDS} work pkgs
 		pkgs="$(grep -v '^\s*#' "${recipe}/packages" | grep -v '^\s*$' | paste -sd, -)"
 		# Work next to the cache (same filesystem, and /tmp may be small).
@@ -165,10 +172,10 @@ build_sandbox() {
 		new_layout "${work}/oci" "${tag}"
 		umoci unpack --image "${work}/oci:${tag}" "${work}/bundle" >/dev/null
 		local rootfs="${work}/bundle/rootfs"
-		# debootstrap only lays down the minimal base: its own resolver cannot handle virtual packages (npm's
-		# dependencies fail to configure), so the recipe's packages come from apt inside the new root.
-		log "debootstrap --variant=minbase ${SUITE} from ${mirror}"
-		debootstrap --variant=minbase "${SUITE}" "${rootfs}" "${mirror}" >"${work}/debootstrap.log" 2>&1 ||
+		# debootstrap only lays down the minimal base: its own resolver cannot handle virtual packages, so the
+		# recipe's packages come from apt inside the new root.
+		log "debootstrap --variant=minbase --arch=${IMAGE_ARCH} ${SUITE} from ${mirror}"
+		debootstrap --variant=minbase --arch="${IMAGE_ARCH}" "${SUITE}" "${rootfs}" "${mirror}" >"${work}/debootstrap.log" 2>&1 ||
 			{ tail -20 "${work}/debootstrap.log" >&2; die "debootstrap failed (log above)"; }
 		log "debootstrap done in $((SECONDS - start))s; apt-get install ${pkgs//,/ }"
 		if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
@@ -186,13 +193,17 @@ build_sandbox() {
 		} >"${work}/apt.log" 2>&1 || { tail -30 "${work}/apt.log" >&2; die "apt-get install in the image root failed"; }
 		rm -f "${rootfs}/usr/sbin/policy-rc.d" "${rootfs}/etc/resolv.conf"
 		log "packages installed after $((SECONDS - start))s"
+		install_npm_runtimes "${recipe}" "${rootfs}" "${work}"
 		install -m 0755 "${recipe}/customize.sh" "${rootfs}/tmp/customize.sh"
 		SANDBOX_UID="${SANDBOX_UID}" SANDBOX_USER="${SANDBOX_USER}" chroot "${rootfs}" /tmp/customize.sh
+		local runtimes; runtimes="$(runtime_versions "${rootfs}")" || die "the image's runtimes do not run (above)"
 		trim_rootfs "${rootfs}"
-		log "rootfs $(du -sh "${rootfs}" | cut -f1) after trimming; packing"
+		log "rootfs $(du -sh "${rootfs}" | cut -f1) after trimming (${runtimes}); packing"
 		umoci repack --image "${work}/oci:${tag}" --history.created_by "hack/images.sh sandbox ${recipe##*/}" "${work}/bundle" >/dev/null
 		local home="/home/${SANDBOX_USER}"
-		umoci config --image "${work}/oci:${tag}" --no-history --config.user "${SANDBOX_UID}:${SANDBOX_UID}" \
+		local labels=() kv; for kv in ${runtimes}; do labels+=(--config.label "dev.airlock.runtime.${kv}"); done
+		umoci config --image "${work}/oci:${tag}" --no-history --os linux --architecture "${IMAGE_ARCH}" \
+			--config.user "${SANDBOX_UID}:${SANDBOX_UID}" "${labels[@]}" \
 			--config.workingdir "${home}" --config.env "HOME=${home}" --config.env LANG=C.UTF-8 \
 			--config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 			--config.cmd sleep --config.cmd infinity \
@@ -206,7 +217,67 @@ build_sandbox() {
 		log "sandbox image ${IMAGE_NAME}:${tag} built in $((SECONDS - start))s: $(du -h "${dir}/image.tar" | cut -f1) tarball"
 	fi
 	add_init "${dir}" "${tag}"
+	if [[ -n "${AIRLOCK_IMAGE_OUT:-}" ]]; then
+		mkdir -p "$(dirname "${AIRLOCK_IMAGE_OUT}")"
+		cp -f "${dir}/init/image.tar" "${AIRLOCK_IMAGE_OUT}" && cp -f "${dir}/init/image.tar.digest" "${AIRLOCK_IMAGE_OUT}.digest"
+	fi
+	# The local cluster's node runs the host's architecture: an image for another is for a registry only.
+	if [[ "${IMAGE_ARCH}" != "${HOST_ARCH}" ]]; then log "${IMAGE_NAME}:${tag} for ${IMAGE_ARCH} built (not imported)"; return 0; fi
 	import_tar "${dir}/init/image.tar" "${IMAGE_NAME}" "${tag}"
+}
+
+# check_foreign_arch ARCH: building for ARCH runs its binaries (debootstrap's second stage, apt, the runtime
+# checks) through qemu-user, which the kernel starts by binfmt_misc. Refuse clearly when that is not set up.
+check_foreign_arch() {
+	local qemu="qemu-aarch64"
+	[[ "$1" == arm64 ]] || die "no emulation known for $1"
+	[[ -f "/proc/sys/fs/binfmt_misc/${qemu}" ]] && grep -qx enabled "/proc/sys/fs/binfmt_misc/${qemu}" ||
+		die "building a $1 image needs qemu-user-static registered with binfmt_misc (${qemu} is not): run hack/binfmt.sh"
+}
+
+# install_npm_runtimes RECIPE ROOTFS WORK: the runtimes RECIPE/runtimes.lock lists for this architecture,
+# downloaded with npm, checked against the integrity the lock records, unpacked under ROOTFS/usr/local as the
+# official Node.js tarball lays them out (bin/node, include/node; npm in lib/node_modules/npm with npm and npx
+# linked into bin); RECIPE/npmrc becomes npm's global config.
+install_npm_runtimes() {
+	local lock="$1/runtimes.lock" rootfs="$2" work="$3" spec arch want file got
+	mkdir -p "${work}/npm"
+	while read -r spec arch want; do
+		[[ -z "${spec}" || "${spec}" == \#* ]] && continue
+		[[ "${arch}" == all || "${arch}" == "${IMAGE_ARCH}" ]] || continue
+		file="$(cd "${work}/npm" && npm pack "${spec}" --silent --pack-destination "${work}/npm" --cache "${AIRLOCK_CACHE}/npm/_cacache")" ||
+			die "npm pack ${spec} failed"
+		file="${work}/npm/${file##*/}"
+		got="sha512-$(openssl dgst -sha512 -binary "${file}" | base64 -w0)"
+		[[ "${got}" == "${want}" ]] || die "${spec}: integrity ${got} is not the ${want} that ${lock##*/} records"
+		rm -rf "${work}/npm/package" && tar -C "${work}/npm" --no-same-owner -xzf "${file}"
+		case "${spec%@*}" in
+			node-linux-*)
+				install -D -m 0755 "${work}/npm/package/bin/node" "${rootfs}/usr/local/bin/node"
+				mkdir -p "${rootfs}/usr/local/include" && cp -r "${work}/npm/package/include/node" "${rootfs}/usr/local/include/"
+				install -D -m 0644 "${work}/npm/package/LICENSE" "${rootfs}/usr/local/share/doc/node/LICENSE" ;;
+			npm)
+				mkdir -p "${rootfs}/usr/local/lib/node_modules" && rm -rf "${rootfs}/usr/local/lib/node_modules/npm"
+				mv "${work}/npm/package" "${rootfs}/usr/local/lib/node_modules/npm"
+				chmod 0755 "${rootfs}/usr/local/lib/node_modules/npm/bin/npm-cli.js" "${rootfs}/usr/local/lib/node_modules/npm/bin/npx-cli.js"
+				ln -sf ../lib/node_modules/npm/bin/npm-cli.js "${rootfs}/usr/local/bin/npm"
+				ln -sf ../lib/node_modules/npm/bin/npx-cli.js "${rootfs}/usr/local/bin/npx" ;;
+			*) die "${lock##*/}: no rule to install ${spec}" ;;
+		esac
+		log "installed ${spec} (${arch}, ${want:0:19}...)"
+	done <"${lock}"
+	[[ ! -f "$1/npmrc" ]] || install -D -m 0644 "$1/npmrc" "${rootfs}/usr/local/etc/npmrc"
+	chmod -R go-w "${rootfs}/usr/local"
+}
+
+# runtime_versions ROOTFS prints python=X node=Y npm=Z as the image's own binaries report them (run in the
+# image root, so a binary that cannot run there fails the build).
+runtime_versions() {
+	local r="$1" py node npm
+	py="$(chroot "${r}" /usr/bin/python3 -c 'import platform; print(platform.python_version())')" || return 1
+	node="$(chroot "${r}" /usr/local/bin/node -p 'process.versions.node')" || return 1
+	npm="$(chroot "${r}" /usr/bin/env PATH=/usr/local/bin:/usr/bin:/bin npm --version)" || return 1
+	echo "python=${py} node=${node} npm=${npm}"
 }
 
 # add_init DIR TAG: DIR/image.tar (the cached Debian base) plus one layer with this tree's airlock-init at
@@ -218,7 +289,7 @@ add_init() {
 	new_work_dir; work="${WORK}"
 	bin="${work}/root/airlock/bin/airlock-init"
 	mkdir -p "$(dirname "${bin}")"
-	(cd "${ROOT_DIR}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X airlock.dev/airlock/internal/version.Version=${VERSION}" \
+	(cd "${ROOT_DIR}" && CGO_ENABLED=0 GOARCH="${IMAGE_ARCH}" go build -trimpath -ldflags "-s -w -X airlock.dev/airlock/internal/version.Version=${VERSION}" \
 		-o "${bin}" ./cmd/airlock-init)
 	chmod 0755 "${work}/root/airlock" "${work}/root/airlock/bin" "${bin}"
 	sum="$(hash_of "${dir}/image.tar.digest" "${bin}")"

@@ -21,8 +21,10 @@ missing=()
 for cmd in "${!NEEDED[@]}"; do
 	command -v "${cmd}" >/dev/null 2>&1 || missing+=("${NEEDED[${cmd}]}")
 done
-# Python modules the SDK tests import (Debian's python3, as the package index may be unreachable).
-declare -A PY_MODULES=([httpx]=python3-httpx [pytest]=python3-pytest [setuptools]=python3-setuptools [venv]=python3-venv)
+# Python modules the SDK tests import and `make release` builds the SDK with (python3 -m build
+# --no-isolation), from Debian's python3, as the package index may be unreachable.
+declare -A PY_MODULES=([httpx]=python3-httpx [pytest]=python3-pytest [setuptools]=python3-setuptools [venv]=python3-venv
+	[build]=python3-build [wheel]=python3-wheel)
 for mod in "${!PY_MODULES[@]}"; do
 	/usr/bin/python3 -c "import ${mod}" >/dev/null 2>&1 || missing+=("${PY_MODULES[${mod}]}")
 done

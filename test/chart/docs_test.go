@@ -14,7 +14,7 @@ import (
 var freeForm = map[string]bool{"resources": true, "podAnnotations": true, "podLabels": true, "nodeSelector": true,
 	"tolerations": true, "affinity": true, "commonLabels": true, "overhead": true, "scheduling": true, "labels": true,
 	"extraFrom": true, "extraArgs": true, "imagePullSecrets": true, "sandboxTemplates": true, "tenants": true,
-	"isolatingHandlers": true}
+	"isolatingHandlers": true, "digests": true}
 
 // Every value in values.yaml has a row in the docs/install.md values table, and every documented value exists.
 func TestValuesAreDocumented(t *testing.T) {

@@ -161,6 +161,7 @@ func TestKustomizeDeploysWhatTheChartDeploys(t *testing.T) {
 // the test.
 var chartOnly = map[string]string{
 	"SandboxTemplate airlock-system/python-node":         "default templates; kustomize users apply config/samples",
+	"SandboxTemplate airlock-system/python-3.11":         "the default template under its Python's name (docs/sandbox-images.md)",
 	"NetworkPolicy airlock-system/airlock-gateway":       "chart value networkPolicy.enabled",
 	"PodDisruptionBudget airlock-system/airlock-gateway": "chart renders it for replicas > 1",
 }

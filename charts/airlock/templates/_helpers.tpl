@@ -62,10 +62,16 @@ app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* Images: one repository and tag for all of Airlock's own images. */}}
+{{/* Images: one repository and tag for all of Airlock's own images; a digest in image.digests pins one. */}}
 {{- define "airlock.tag" -}}{{ default .Chart.AppVersion .Values.image.tag }}{{- end -}}
 {{- define "airlock.image" -}}
-{{- printf "%s/%s:%s" (trimSuffix "/" .ctx.Values.image.repository) .name (include "airlock.tag" .ctx) -}}
+{{- $repo := trimSuffix "/" .ctx.Values.image.repository -}}
+{{- $digest := index (default dict .ctx.Values.image.digests) .name | default "" -}}
+{{- if $digest -}}
+{{- printf "%s/%s@%s" $repo .name $digest -}}
+{{- else -}}
+{{- printf "%s/%s:%s" $repo .name (include "airlock.tag" .ctx) -}}
+{{- end -}}
 {{- end -}}
 {{- define "airlock.initImage" -}}
 {{- default (include "airlock.image" (dict "ctx" . "name" "init")) .Values.manager.initImage -}}
