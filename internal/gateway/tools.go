@@ -14,7 +14,7 @@ import (
 )
 
 // AnnotationInstalled on a SandboxTemplate says what its image has, in words for a model (e.g. "Python 3.11
-// (python, pip), Node.js 18 (npm), git, curl, gcc and make"). The tool descriptions quote it; without it they
+// (python, pip), Node.js 22 (npm), git, curl, gcc and make"). The tool descriptions quote it; without it they
 // claim nothing about the image.
 const AnnotationInstalled = "sandbox.airlock.dev/installed"
 

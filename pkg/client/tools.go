@@ -18,7 +18,7 @@ const (
 // ToolContext is what the tool descriptions tell a model about its sandbox. The gateway fills it from the
 // template (GET /v1/tools); the zero value describes the defaults without claims about the image.
 type ToolContext struct {
-	// Installed says what the image has, e.g. "Python 3.11 (python, pip), Node.js 18, git, gcc".
+	// Installed says what the image has, e.g. "Python 3.11 (python, pip), Node.js 22, git, gcc".
 	Installed string
 	// WorkingDir is where commands start (default /home/sandbox).
 	WorkingDir string

@@ -8,7 +8,7 @@ import type { Sandbox } from "./sandbox.js";
  * fills it from the template (`fetchTools`, `sbx.tools()`).
  */
 export interface ToolContext {
-  /** What the image has, e.g. "Python 3.11 (python, pip), Node.js 18 (npm), git". */
+  /** What the image has, e.g. "Python 3.11 (python, pip), Node.js 22 (npm), git". */
   installed?: string;
   /** `none` or `restricted`. */
   network?: string;
