@@ -6,6 +6,8 @@
 //	        before the sandbox runs out of memory (env AIRLOCK_MEMORY_GUARD: headroom in MiB, or off)
 //	connect (the gateway's exec) hand the exec's stdin and stdout to pid1, which speaks an authenticated
 //	        session on them (TLS pinned to the key it attested): every command, status and control call
+//	install (an init container, where image volumes are not available) copy this binary to DEST, which
+//	        the sandbox container mounts read-only
 package main
 
 import (
@@ -25,6 +27,9 @@ Commands:
           AIRLOCK_MEMORY_GUARD MiB (default 160; off disables it)
   connect hand this exec's stdin and stdout to pid1 for a session with the gateway (TLS, pinned to the key
           pid1 attested in its log); commands, their output and outcomes, and control calls travel inside it
+  install DEST
+          copy this binary to DEST (written beside it, then renamed): how a pod gets airlock-init from the init
+          image where image volumes are not available (the manager's --init-delivery)
 `
 
 func main() {
@@ -42,6 +47,8 @@ func main() {
 		os.Exit(initproc.PID1(args, os.Stderr))
 	case "connect":
 		os.Exit(runwrap.ConnectMain(args))
+	case "install":
+		os.Exit(initproc.Install(args, os.Stderr))
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	default:

@@ -2,6 +2,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -51,7 +54,8 @@ func run() error {
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	fs.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
 	fs.StringVar(&leaseNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; empty: the manager's own (in a pod). Needed out of cluster.")
-	fs.StringVar(&podOpts.InitImage, "init-image", podOpts.InitImage, "Image that holds /usr/local/bin/airlock-init; every sandbox pod mounts it read-only as an image volume (Kubernetes 1.36+) and runs it as PID 1.")
+	fs.StringVar(&podOpts.InitImage, "init-image", podOpts.InitImage, "Image that holds /usr/local/bin/airlock-init, which every sandbox pod runs as PID 1 (unless its template's init is Image): mounted read-only as an image volume, or copied (--init-delivery).")
+	initDelivery := fs.String("init-delivery", string(podOpts.InitDelivery), "How a sandbox pod gets airlock-init from --init-image: image-volume (Kubernetes 1.35+, containerd 2.1+ or CRI-O 1.31+), copy (an init container copies it into an emptyDir mounted read-only: any cluster, one container start more), or auto: image-volume where the API server and every node offer it, else copy.")
 	fs.StringVar(&defaults.RuntimeClassName, "default-runtime-class", defaults.RuntimeClassName, "Runtime class of sandboxes whose spec and template name none.")
 	fs.DurationVar(&defaults.Timeout, "default-timeout", defaults.Timeout, "Lifetime of sandboxes whose spec and template set none.")
 	fs.DurationVar(&defaults.MaxTimeout, "max-timeout", defaults.MaxTimeout, "Cap on every sandbox's lifetime (at most 24h, the API's own cap).")
@@ -97,6 +101,11 @@ func run() error {
 	if err := sandbox.ValidateHandlerGlobs(podOpts.ProcessLimitHandlers); err != nil {
 		return fmt.Errorf("--process-limit-handlers: %w", err)
 	}
+	delivery, err := sandbox.ParseInitDelivery(*initDelivery)
+	if err != nil {
+		return fmt.Errorf("--init-delivery: %w", err)
+	}
+	podOpts.InitDelivery = delivery
 	if _, _, err := runwrap.ParseMemoryGuard(podOpts.MemoryGuard); err != nil {
 		return fmt.Errorf("--memory-guard: %w", err)
 	}
@@ -146,6 +155,9 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("clientset: %w", err)
 	}
+	if err := discoverServer(cs, &podOpts, log); err != nil {
+		return err
+	}
 	r := &controller.SandboxReconciler{
 		Client:       mgr.GetClient(),
 		APIReader:    mgr.GetAPIReader(),
@@ -194,4 +206,29 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// discoverServer records the API server's version, which --init-delivery=auto judges image volumes by (with the
+// nodes', for each pod), and says what it would choose now.
+func discoverServer(cs kubernetes.Interface, o *sandbox.PodOptions, log logr.Logger) error {
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		return fmt.Errorf("reading the API server's version: %w", err)
+	}
+	o.ServerVersion = v.GitVersion
+	if o.InitDelivery != sandbox.InitDeliveryAuto {
+		log.Info("airlock-init delivery set by the operator", "initDelivery", o.InitDelivery, "server", v.GitVersion)
+		return nil
+	}
+	nodes, err := cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		log.Error(err, "listing nodes to judge image volumes (judged again for each pod)")
+		return nil
+	}
+	if why := sandbox.ImageVolumesUnavailable(v.GitVersion, nodes.Items); why != "" {
+		log.Info("image volumes are not available: airlock-init is copied into each sandbox pod by an init container", "why", why)
+		return nil
+	}
+	log.Info("airlock-init reaches sandbox pods as an image volume", "server", v.GitVersion)
+	return nil
 }

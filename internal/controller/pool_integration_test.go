@@ -45,7 +45,7 @@ func startPoolManager(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pool metrics: %v", err)
 	}
-	defaults, pod := sandbox.DefaultDefaults(), sandbox.DefaultPodOptions("localhost/airlock/init:test")
+	defaults, pod := sandbox.DefaultDefaults(), testPodOptions()
 	att := &Attestations{Logs: attestingLogs{c: mgr.GetAPIReader()}}
 	r := &SandboxReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme,
 		Recorder: mgr.GetEventRecorder("airlock-manager"), Clock: clock.RealClock{}, Defaults: defaults, Pod: pod,

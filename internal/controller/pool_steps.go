@@ -114,11 +114,12 @@ func (r *PoolReconciler) resolveMember(ctx context.Context, pool *airlockv1.Sand
 
 // gatedPodOptions are the pod options for a pod under this RuntimeClass handler, as the Sandbox reconciler and
 // the pool build pods (a member and a Sandbox's own pod must come out the same): the gate port the Nodes report
-// for their kubelet, the isolation the handler promises, and for a VM the nodes' kernels, none of which the
-// pod's may be.
+// for their kubelet, the isolation the handler promises, for a VM the nodes' kernels, none of which the pod's
+// may be, and how airlock-init reaches the pod (an image volume where the cluster offers them, else a copy).
 func gatedPodOptions(ctx context.Context, c client.Reader, o sandbox.PodOptions, d sandbox.Defaults, handler string) (sandbox.PodOptions, error) {
 	o.Isolation = d.ExpectedIsolation(handler)
-	if o.GateTarget != "" && o.Isolation != airlockv1.IsolationKata {
+	o.CopyInit = o.InitDelivery == sandbox.InitDeliveryCopy
+	if o.GateTarget != "" && o.Isolation != airlockv1.IsolationKata && o.InitDelivery != sandbox.InitDeliveryAuto {
 		return o, nil
 	}
 	var nodes corev1.NodeList
@@ -138,6 +139,9 @@ func gatedPodOptions(ctx context.Context, c client.Reader, o sandbox.PodOptions,
 	}
 	if o.GateTarget == "" && len(ports) > 0 {
 		o.GatePort = commonestPort(ports)
+	}
+	if o.InitDelivery == sandbox.InitDeliveryAuto {
+		o.CopyInit = sandbox.ImageVolumesUnavailable(o.ServerVersion, nodes.Items) != ""
 	}
 	slices.Sort(o.HostKernels)
 	return o, nil

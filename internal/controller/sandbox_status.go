@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -312,7 +313,8 @@ func podProblem(pod *corev1.Pod) string {
 	if pod.Status.Reason != "" || pod.Status.Message != "" {
 		return reasonMessage(pod.Status.Reason, pod.Status.Message)
 	}
-	statuses := pod.Status.ContainerStatuses
+	// The init container that copies airlock-init in (where image volumes are not available) comes first.
+	statuses := append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...)
 	for _, s := range statuses {
 		switch {
 		case s.State.Waiting != nil && s.State.Waiting.Reason != "" && s.State.Waiting.Reason != "PodInitializing" && s.State.Waiting.Reason != "ContainerCreating":

@@ -47,6 +47,16 @@ func TestComputeStatus(t *testing.T) {
 		Reason: "DeletionByTaintManager", Message: "Taint manager: deleting due to NoExecute taint"}}
 	pulling := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 		Name: sandbox.ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: "image not present"}}}}}}
+	// Where airlock-init is copied in, the copy's own trouble is the reason the sandbox waits, or failed.
+	copyPulling := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending,
+		InitContainerStatuses: []corev1.ContainerStatus{{Name: sandbox.InitCopyContainer, State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "registry.example/airlock/init:0.1.0"`}}}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: sandbox.ContainerName, State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}}}
+	copyFailed := copyPulling.DeepCopy()
+	copyFailed.Status.Phase = corev1.PodFailed
+	copyFailed.Status.InitContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 1, Reason: "Error", Message: "airlock-init install: creating the copy: read-only file system"}}
 
 	tests := map[string]struct {
 		obs                      observation
@@ -70,6 +80,10 @@ func TestComputeStatus(t *testing.T) {
 			airlockv1.PhasePending, "False/NotIsolated", "False/PolicyModified", "False/NotExpired", ""},
 		"image missing says why": {observation{policy: policyInEffect, pod: pulling},
 			airlockv1.PhasePending, "False/Starting", "False/GatePending", "False/NotExpired", "ErrImageNeverPull"},
+		"the copy of airlock-init cannot be pulled": {observation{policy: policyInEffect, pod: copyPulling},
+			airlockv1.PhasePending, "False/Starting", "False/GatePending", "False/NotExpired", "container airlock-init: ImagePullBackOff: Back-off pulling image"},
+		"the copy of airlock-init failed": {observation{policy: policyInEffect, pod: copyFailed},
+			airlockv1.PhaseFailed, "False/PodFailed", "False/GatePending", "False/NotExpired", "container airlock-init exited 1 (Error) airlock-init install: creating the copy"},
 		"pod failed": {observation{policy: policyInEffect, pod: failed, evidence: gvisorEvidence()},
 			airlockv1.PhaseFailed, "False/PodFailed", "True/Isolated", "False/NotExpired", "phase Failed with no reason given"},
 		"evicted pod says why, not how its container ended": {observation{policy: policyInEffect, pod: evicted, evidence: gvisorEvidence()},

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -105,6 +106,10 @@ func startEnv(tb testing.TB) (*rest.Config, client.Client) {
 				return
 			}
 		}
+		envServerVersion, envErr = serverVersion(envCfg)
+		if envErr != nil {
+			return
+		}
 		envErr = createNode(envClient)
 	})
 	if envErr != nil {
@@ -113,11 +118,35 @@ func startEnv(tb testing.TB) (*rest.Config, client.Client) {
 	return envCfg, envClient
 }
 
-// envNode is the one Node of envtest, with what the kubelet would report: its kernel and kubelet port.
+// envNode is the one Node of envtest, with what the kubelet would report: its kernel, kubelet port, and the
+// kubelet's and runtime's versions (which decide whether pods get airlock-init as an image volume).
 const (
-	envNode       = "envtest-node"
-	envNodeKernel = "6.1.0-envtest"
+	envNode        = "envtest-node"
+	envNodeKernel  = "6.1.0-envtest"
+	envNodeRuntime = "containerd://2.4.2"
 )
+
+// envServerVersion is the envtest API server's version (discovery), as the manager records it at start.
+var envServerVersion string
+
+// testPodOptions are the manager's pod options as it starts against envtest: it knows the server's version.
+func testPodOptions() sandbox.PodOptions {
+	o := sandbox.DefaultPodOptions("localhost/airlock/init:test")
+	o.ServerVersion = envServerVersion
+	return o
+}
+
+func serverVersion(cfg *rest.Config) (string, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	v, err := dc.ServerVersion()
+	if err != nil {
+		return "", fmt.Errorf("reading envtest's version: %w", err)
+	}
+	return v.GitVersion, nil
+}
 
 func createNode(c client.Client) error {
 	ctx := context.Background()
@@ -126,6 +155,8 @@ func createNode(c client.Client) error {
 		return err
 	}
 	node.Status.NodeInfo.KernelVersion = envNodeKernel
+	node.Status.NodeInfo.KubeletVersion = envServerVersion
+	node.Status.NodeInfo.ContainerRuntimeVersion = envNodeRuntime
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = 10250
 	return c.Status().Update(ctx, node)
 }
@@ -140,6 +171,8 @@ type managerOptions struct {
 	attest func(*corev1.Pod, *attestation.Statement)
 	// as is the user the manager acts as (impersonated), to run it with an install's RBAC; empty: envtest's admin.
 	as string
+	// initDelivery is the manager's --init-delivery; empty: auto.
+	initDelivery sandbox.InitDelivery
 }
 
 // startManager runs the Sandbox controller against envtest until the test ends or the returned stop is called.
@@ -178,9 +211,12 @@ func startManager(tb testing.TB, o managerOptions) (stop func()) {
 		Recorder:  mgr.GetEventRecorder("airlock-manager"),
 		Clock:     clk,
 		Defaults:  defaults,
-		Pod:       sandbox.DefaultPodOptions("localhost/airlock/init:test"),
+		Pod:       testPodOptions(),
 		Metrics:   m,
 		Workers:   8,
+	}
+	if o.initDelivery != "" {
+		r.Pod.InitDelivery = o.initDelivery
 	}
 	r.Attestations = &Attestations{Logs: attestingLogs{c: mgr.GetAPIReader(), edit: o.attest}}
 	if o.egressProxy.Name != "" {

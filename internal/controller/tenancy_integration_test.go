@@ -126,7 +126,7 @@ func startPoolReconcilerAs(t *testing.T, user string) {
 	}
 	p := &PoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme,
 		Recorder: mgr.GetEventRecorder("airlock-manager"), Clock: clock.RealClock{}, Defaults: sandbox.DefaultDefaults(),
-		Pod: sandbox.DefaultPodOptions("localhost/airlock/init:test"), Attestations: &Attestations{Logs: attestingLogs{c: mgr.GetAPIReader()}}}
+		Pod: testPodOptions(), Attestations: &Attestations{Logs: attestingLogs{c: mgr.GetAPIReader()}}}
 	if err := p.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up pool controller: %v", err)
 	}

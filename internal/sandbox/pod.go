@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -18,9 +19,17 @@ import (
 // PodOptions are the operator's settings for every sandbox pod.
 type PodOptions struct {
 	// InitImage holds airlock-init at /usr/local/bin/airlock-init. A sandbox pod mounts it as an image volume
-	// (Kubernetes 1.36+, a runtime with image volumes: containerd 2.1+) and runs it as PID 1, whatever the
-	// sandbox's image contains, unless its template says the image holds airlock-init itself (init: Image).
+	// (Kubernetes 1.35+, a runtime with image volumes: containerd 2.1+) or copies it from there (CopyInit), and
+	// runs it as PID 1, whatever the sandbox's image contains, unless its template says the image holds
+	// airlock-init itself (init: Image).
 	InitImage string
+	// InitDelivery is the operator's choice of how (--init-delivery); ServerVersion, the API server's version
+	// (discovery), which InitDeliveryAuto judges with the nodes'.
+	InitDelivery  InitDelivery
+	ServerVersion string
+	// CopyInit: the pod gets airlock-init from an init container that copies it out of InitImage into an
+	// emptyDir, instead of an image volume. The controller sets it for each pod from InitDelivery.
+	CopyInit bool
 	// GatePort is the port on the node's IP that the network gate expects to be blocked: the kubelet's, which
 	// is known to listen. The controller sets it from the Nodes' status; this is the fallback.
 	GatePort int32
@@ -117,7 +126,7 @@ func sandboxArgs(pod *corev1.Pod) []string {
 
 // DefaultPodOptions are the defaults of PodOptions except the image, which depends on the release.
 func DefaultPodOptions(initImage string) PodOptions {
-	return PodOptions{InitImage: initImage, GatePort: 10250, GateTimeout: metav1.Duration{Duration: 30e9},
+	return PodOptions{InitImage: initImage, InitDelivery: InitDeliveryAuto, GatePort: 10250, GateTimeout: metav1.Duration{Duration: 30e9},
 		ProcessLimit: 256, ProcessLimitHandlers: slices.Clone(GVisorHandlers)}
 }
 
@@ -168,7 +177,15 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 	env = append(env, airlockEnv(r, o)...)
 
 	volumes, mounts, annotations := workdirStorage(r)
-	if !r.InitFromImage {
+	var initContainers []corev1.Container
+	switch {
+	case r.InitFromImage:
+	case o.CopyInit:
+		volumes = append([]corev1.Volume{{Name: toolsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			SizeLimit: ptr.To(resource.MustParse(initCopyLimit))}}}}, volumes...)
+		mounts = append([]corev1.VolumeMount{{Name: toolsVolume, MountPath: ToolsDir, ReadOnly: true}}, mounts...)
+		initContainers = []corev1.Container{initCopyContainer(o.InitImage, uid, nonRoot)}
+	default:
 		volumes = append([]corev1.Volume{{Name: toolsVolume,
 			VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: o.InitImage}}}}, volumes...)
 		mounts = append([]corev1.VolumeMount{{Name: toolsVolume, MountPath: ToolsDir, SubPath: InitImagePath, ReadOnly: true}}, mounts...)
@@ -221,6 +238,7 @@ func BuildPod(sbx *airlockv1.Sandbox, r Resolved, o PodOptions) *corev1.Pod {
 				FSGroup:        ptr.To(uid),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
+			InitContainers: initContainers,
 			Containers: []corev1.Container{{
 				Name:            ContainerName,
 				Image:           r.Image,
@@ -283,6 +301,30 @@ func workdirStorage(r Resolved) ([]corev1.Volume, []corev1.VolumeMount, map[stri
 	return []corev1.Volume{{Name: workdirVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 		SizeLimit: ptr.To(r.WorkdirLimit),
 	}}}}, []corev1.VolumeMount{{Name: workdirVolume, MountPath: r.WorkingDir}}, nil
+}
+
+// InitCopyContainer is the init container that copies airlock-init into the pod where image volumes are not
+// available (PodOptions.CopyInit).
+const InitCopyContainer = "airlock-init"
+
+// initCopyLimit bounds the emptyDir the copy lands in: airlock-init is a static binary of ~20 MB.
+const initCopyLimit = "64Mi"
+
+// initCopyContainer copies airlock-init from the init image into the tools volume, which the sandbox container
+// mounts read-only: the init image's own binary does it (airlock-init install), since the image holds nothing
+// else. It runs as the sandbox's user under the same restrictions, with small resources of its own so that a
+// namespace's LimitRange or quota has what it asks for.
+func initCopyContainer(image string, uid int64, nonRoot bool) corev1.Container {
+	small := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+	return corev1.Container{
+		Name:                     InitCopyContainer,
+		Image:                    image,
+		Command:                  []string{"/" + InitImagePath + "/airlock-init", "install", InitBinary},
+		SecurityContext:          restrictedContainer(uid, nonRoot),
+		Resources:                corev1.ResourceRequirements{Requests: small, Limits: small},
+		VolumeMounts:             []corev1.VolumeMount{{Name: toolsVolume, MountPath: ToolsDir}},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
 }
 
 func restrictedContainer(uid int64, nonRoot bool) *corev1.SecurityContext {

@@ -260,6 +260,81 @@ func TestInitSource(t *testing.T) {
 	}
 }
 
+// TestInitCopy: where image volumes are not available, an init container of the init image copies airlock-init
+// into an emptyDir that the sandbox container mounts read-only at the same path; a template's init: Image needs
+// neither.
+func TestInitCopy(t *testing.T) {
+	o := DefaultPodOptions("init-image")
+	o.CopyInit = true
+	r, err := Resolve(sbx(), nil, DefaultDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.RuntimeHandler = "runsc"
+	pod := BuildPod(sbx(), r, o)
+	if len(pod.Spec.InitContainers) != 1 || len(pod.Spec.Volumes) != 1 {
+		t.Fatalf("init containers %+v volumes %+v: want the copy and its emptyDir", pod.Spec.InitContainers, pod.Spec.Volumes)
+	}
+	ic, v, c := pod.Spec.InitContainers[0], pod.Spec.Volumes[0], pod.Spec.Containers[0]
+	if ic.Image != "init-image" || !slices.Equal(ic.Command, []string{"/usr/local/bin/airlock-init", "install", InitBinary}) ||
+		len(ic.VolumeMounts) != 1 || ic.VolumeMounts[0].Name != v.Name || ic.VolumeMounts[0].MountPath != ToolsDir || ic.VolumeMounts[0].ReadOnly {
+		t.Errorf("copying container %+v", ic)
+	}
+	if ic.Resources.Limits.Memory().IsZero() || ic.Resources.Requests.Cpu().IsZero() {
+		t.Errorf("the copy must ask for its resources (a LimitRange or quota may require it): %+v", ic.Resources)
+	}
+	if v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.Image != nil {
+		t.Errorf("tools volume %+v: want a sized emptyDir", v)
+	}
+	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].Name != v.Name || c.VolumeMounts[0].MountPath != ToolsDir || !c.VolumeMounts[0].ReadOnly ||
+		c.VolumeMounts[0].SubPath != "" || c.Command[0] != InitBinary {
+		t.Errorf("sandbox container mounts %+v, command %v: want the copy read-only at %s", c.VolumeMounts, c.Command, ToolsDir)
+	}
+	r.InitFromImage = true
+	if pod := BuildPod(sbx(), r, o); len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Volumes) != 0 {
+		t.Errorf("init: Image with copying on: %+v %+v", pod.Spec.InitContainers, pod.Spec.Volumes)
+	}
+}
+
+// Image volumes are used only where the API server and every node offer them; anything not known to is
+// answered with why, so the pod gets the copy instead of failing to start.
+func TestImageVolumesUnavailable(t *testing.T) {
+	node := func(name, kubelet, runtime string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: kubelet, ContainerRuntimeVersion: runtime}}}
+	}
+	current := node("a", "v1.37.2", "containerd://2.4.2")
+	for name, tc := range map[string]struct {
+		server string
+		nodes  []corev1.Node
+		why    string
+	}{
+		"current":                    {"v1.37.2", []corev1.Node{current}, ""},
+		"the floor of image volumes": {"v1.35.0", []corev1.Node{node("b", "v1.35.0-gke.100", "containerd://2.1.0")}, ""},
+		"CRI-O":                      {"v1.36.1-eks-abc", []corev1.Node{node("b", "v1.36.1-eks-abc", "cri-o://1.31.2")}, ""},
+		"server too old":             {"v1.34.3", []corev1.Node{current}, "the API server is v1.34.3"},
+		"server unknown":             {"", []corev1.Node{current}, "of unknown version"},
+		"one kubelet too old":        {"v1.35.4", []corev1.Node{current, node("b", "v1.33.13", "containerd://2.1.4")}, "node b runs kubelet v1.33.13"},
+		"containerd 1.7":             {"v1.35.4", []corev1.Node{current, node("b", "v1.35.4", "containerd://1.7.27")}, "node b runs containerd 1.7.27"},
+		"CRI-O too old":              {"v1.35.4", []corev1.Node{node("b", "v1.35.4", "cri-o://1.30.0")}, "cri-o 1.30.0"},
+		"unknown runtime":            {"v1.35.4", []corev1.Node{node("b", "v1.35.4", "docker://27.0.1")}, `"docker://27.0.1", which is not known`},
+		"runtime not reported":       {"v1.35.4", []corev1.Node{node("b", "v1.35.4", "")}, `runtime ""`},
+		"no nodes":                   {"v1.35.4", nil, "no node reports"},
+	} {
+		if got := ImageVolumesUnavailable(tc.server, tc.nodes); (tc.why == "") != (got == "") || !strings.Contains(got, tc.why) {
+			t.Errorf("%s: %q, want %q", name, got, tc.why)
+		}
+	}
+	for _, s := range []string{"auto", "image-volume", "copy"} {
+		if d, err := ParseInitDelivery(s); err != nil || string(d) != s {
+			t.Errorf("%s: %v", s, err)
+		}
+	}
+	if _, err := ParseInitDelivery("volume"); err == nil {
+		t.Error("an unknown delivery must be refused")
+	}
+}
+
 func TestExpiresAt(t *testing.T) {
 	created := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	prev := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: created.Add(d)} }
@@ -364,9 +439,13 @@ func TestPodPassesRestrictedPSS(t *testing.T) {
 		t.Fatal(err)
 	}
 	lv := api.LevelVersion{Level: api.LevelRestricted, Version: api.LatestVersion()}
-	for _, res := range eval.EvaluatePod(lv, &pod.ObjectMeta, &pod.Spec) {
-		if !res.Allowed {
-			t.Errorf("restricted PSS: %s: %s", res.ForbiddenReason, res.ForbiddenDetail)
+	copying := DefaultPodOptions("init:1")
+	copying.CopyInit = true
+	for _, p := range []*corev1.Pod{pod, BuildPod(sbx(), r, copying)} {
+		for _, res := range eval.EvaluatePod(lv, &p.ObjectMeta, &p.Spec) {
+			if !res.Allowed {
+				t.Errorf("restricted PSS (%d init containers): %s: %s", len(p.Spec.InitContainers), res.ForbiddenReason, res.ForbiddenDetail)
+			}
 		}
 	}
 	if *pod.Spec.AutomountServiceAccountToken || *pod.Spec.EnableServiceLinks {
