@@ -5,6 +5,9 @@ ROOT_DIR="$(cd "${HACK_DIR}/.." && pwd)"
 # shellcheck source=versions.env
 source "${HACK_DIR}/versions.env"
 AIRLOCK_CACHE="${AIRLOCK_CACHE:-${HOME}/.cache/airlock}"
+# AIRLOCK_K8S_VERSION=${K8S_COMPAT_VERSION} runs everything (the local cluster, its e2e) on the oldest Kubernetes
+# Airlock supports instead; hack/build-k8s.sh builds either.
+K8S_VERSION="${AIRLOCK_K8S_VERSION:-${K8S_VERSION}}"
 K8S_BIN_DIR="${AIRLOCK_CACHE}/k8s/${K8S_VERSION}"
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
