@@ -215,7 +215,7 @@ undeploy: ## Remove what `make deploy` installed (CRDs too: every Sandbox is del
 ##@ Release
 
 # Architectures of the release's sandbox image: "amd64", or "amd64 arm64" where arm64 programs run under
-# qemu-user (hack/binfmt.sh; much slower to build). Airlock's own images are always amd64 and arm64.
+# qemu-user (hack/binfmt.sh; about twice as long to build). Airlock's own images are always amd64 and arm64.
 SANDBOX_ARCHS ?= amd64
 
 .PHONY: release
