@@ -90,7 +90,7 @@ test-integration: envtest-assets ## Integration tests against a real kube-apiser
 	KUBEBUILDER_ASSETS=$(K8S_BIN_DIR) go test $(GO_TEST_FLAGS) $(INTEGRATION_PKGS) -run 'Integration' -count=1 -v
 
 # The integration suites, as test-integration runs them; test-compat runs them on the floor version.
-INTEGRATION_PKGS := ./internal/controller/... ./internal/gateway/... ./internal/webhook/... ./cmd/manager/... ./cmd/gateway/...
+INTEGRATION_PKGS := ./internal/controller/... ./internal/gateway/... ./internal/webhook/... ./internal/doctor/... ./cmd/manager/... ./cmd/gateway/...
 K8S_COMPAT_BIN_DIR := $(AIRLOCK_CACHE)/k8s/$(K8S_COMPAT_VERSION)
 
 .PHONY: test-compat

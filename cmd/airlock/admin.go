@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
@@ -31,8 +32,8 @@ func (k *kubeFlags) register(c *cobra.Command) {
 	c.PersistentFlags().StringVar(&k.keyNamespace, "key-namespace", admin.DefaultKeyNamespace, "namespace of the API key Secrets (the gateway's --key-namespace)")
 }
 
-// client returns a Kubernetes client with airlock's API, for the current kubeconfig or --kubeconfig.
-func (k *kubeFlags) client() (client.Client, error) {
+// restConfig is the current kubeconfig's, or --kubeconfig's.
+func (k *kubeFlags) restConfig() (*rest.Config, error) {
 	if k.kubeconfig != "" {
 		// controller-runtime reads its own --kubeconfig flag of the standard flag set.
 		if err := flag.Set(config.KubeconfigFlagName, k.kubeconfig); err != nil {
@@ -42,6 +43,15 @@ func (k *kubeFlags) client() (client.Client, error) {
 	cfg, err := config.GetConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes config: %w (set KUBECONFIG or --kubeconfig)", err)
+	}
+	return cfg, nil
+}
+
+// client returns a Kubernetes client with airlock's API, for the current kubeconfig or --kubeconfig.
+func (k *kubeFlags) client() (client.Client, error) {
+	cfg, err := k.restConfig()
+	if err != nil {
+		return nil, err
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

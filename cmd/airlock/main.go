@@ -1,6 +1,6 @@
 // Command airlock drives Airlock from a terminal: sandboxes, commands and files over the exec gateway
 // (create, ls, get, rm, extend, exec, cp, run, login, mcp), and the administration of tenants and their API
-// keys over the Kubernetes API (tenant, keys). Installed as kubectl-airlock it is also `kubectl airlock`.
+// keys, and a cluster's readiness for Airlock, over the Kubernetes API (tenant, keys, doctor). Installed as kubectl-airlock it is also `kubectl airlock`.
 // docs/cli.md describes every command.
 package main
 
@@ -135,7 +135,7 @@ AIRLOCK_API_KEY, else the file written by 'airlock login'. An operator creates k
 		c.GroupID = "sandbox"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newTenantCmd(s), newKeysCmd(s)} {
+	for _, c := range []*cobra.Command{newTenantCmd(s), newKeysCmd(s), newDoctorCmd(s)} {
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}

@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"airlock.dev/airlock/internal/doctor"
 )
 
 // The chart installs on the oldest Kubernetes Airlock supports, the one make test-compat builds and runs envtest
 // on (K8S_COMPAT_VERSION), and on nothing older; there it renders no MutatingAdmissionPolicy (the manager adds
-// the finalizer itself).
+// the finalizer itself); airlock doctor judges clusters against the same floor.
 func TestChartInstallsOnTheFloorVersion(t *testing.T) {
 	floor := pinnedVersion(t, "K8S_COMPAT_VERSION")
 	var minor, patch int
@@ -20,6 +22,9 @@ func TestChartInstallsOnTheFloorVersion(t *testing.T) {
 	}
 	if want := fmt.Sprintf(`kubeVersion: ">=1.%d.0-0"`, minor); !strings.Contains(readFile(t, filepath.Join(chartDir(t), "Chart.yaml")), want) {
 		t.Errorf("Chart.yaml's kubeVersion is not the floor make test-compat tests (%s): want %s", floor, want)
+	}
+	if want := fmt.Sprintf("v1.%d.0", minor); doctor.MinKubernetes != want {
+		t.Errorf("airlock doctor judges against %s, the floor is %s", doctor.MinKubernetes, want)
 	}
 	out, err := exec.Command(helmBinary(t), "template", "airlock", chartDir(t), "--namespace", releaseNamespace, "--kube-version", floor).CombinedOutput()
 	if err != nil {
