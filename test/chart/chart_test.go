@@ -175,7 +175,8 @@ func TestManagerDeployment(t *testing.T) {
 	}
 	want := []string{"--leader-elect=true", "--init-image=localhost/airlock/init:" + version.Version,
 		"--default-runtime-class=gvisor", "--metrics-bind-address=:8443", "--health-probe-bind-address=:8081",
-		"--isolating-handlers=runsc,kata*", "--allow-unisolated-runtimes=false"}
+		"--isolating-handlers=runsc,runsc-*,gvisor,kata*", "--allow-unisolated-runtimes=false", "--allow-unverified-isolation=false",
+		"--init-delivery=auto"}
 	for _, w := range want {
 		if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, w) {
 			t.Errorf("manager args %v lack %s", d.Spec.Template.Spec.Containers[0].Args, w)
@@ -190,8 +191,9 @@ func TestManagerDeployment(t *testing.T) {
 	}
 	// Isolation: the handler allowlist, the opt-in for runc and the gate target reach the manager.
 	iso := args(t, render(t, "--set", "manager.isolatingHandlers={runsc,kata-qemu}", "--set", "manager.allowUnisolatedRuntimes=true",
-		"--set", "manager.networkGateTarget=10.0.0.1:10250"), "airlock-manager")
-	for _, w := range []string{"--isolating-handlers=runsc,kata-qemu", "--allow-unisolated-runtimes=true", "--gate-target=10.0.0.1:10250"} {
+		"--set", "manager.allowUnverifiedIsolation=true", "--set", "manager.networkGateTarget=10.0.0.1:10250"), "airlock-manager")
+	for _, w := range []string{"--isolating-handlers=runsc,kata-qemu", "--allow-unisolated-runtimes=true", "--allow-unverified-isolation=true",
+		"--gate-target=10.0.0.1:10250"} {
 		if !slices.Contains(iso, w) {
 			t.Errorf("manager args %v lack %s", iso, w)
 		}
