@@ -3,7 +3,6 @@ package initproc
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 )
 
@@ -42,11 +41,4 @@ func (g *gateConfig) checkTarget() error {
 		return nil
 	}
 	return CheckGateHost(g.host)
-}
-
-// PID1ForTests is PID1 for tests, which run it outside a pod, with no network policy and no node: an empty
-// --gate-host skips the network gate and a loopback target counts. airlock-init never calls it.
-func PID1ForTests(args []string, stderr io.Writer) int {
-	localGateTargets = true
-	return PID1(args, stderr)
 }

@@ -158,3 +158,10 @@ func attest(log io.Writer, id *pid1link.Identity, g *gateConfig, seen *gateResul
 	}
 	return nil
 }
+
+// PID1ForTests is PID1 for tests, which run it outside a pod, with no network policy and no node: an empty
+// --gate-host skips the network gate and a loopback target counts. airlock-init never calls it.
+func PID1ForTests(args []string, stderr io.Writer) int {
+	localGateTargets = true
+	return PID1(args, stderr)
+}

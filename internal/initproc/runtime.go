@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // gvisorMarker exists only under gVisor, and only with runsc's --gvisor-marker-file (docs/runtimes.md).
@@ -110,18 +108,6 @@ func gvisorBooted(log []byte) bool {
 // kernelLogBytes is how much of the kernel log PID 1 reads: gVisor's is under 1 KiB; of a real kernel's,
 // syslog(2) returns the newest records that fit.
 const kernelLogBytes = 16 << 10
-
-// readKernelLog reads the kernel log with syslog(2) (SYSLOG_ACTION_READ_ALL, which does not consume it). A real
-// kernel refuses it to an unprivileged reader (dmesg_restrict, or the RuntimeDefault seccomp profile without
-// CAP_SYSLOG); gVisor answers everyone with its own log.
-func readKernelLog() ([]byte, error) {
-	buf := make([]byte, kernelLogBytes)
-	n, err := unix.Klogctl(unix.SYSLOG_ACTION_READ_ALL, buf)
-	if err != nil {
-		return nil, fmt.Errorf("syslog(2): %w", err)
-	}
-	return buf[:n], nil
-}
 
 // hasGVisorMarker reports whether gVisor's marker file says so. Any doubt is "no".
 func hasGVisorMarker(path string) bool {

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"airlock.dev/airlock/internal/podexec"
-	"airlock.dev/airlock/internal/runwrap"
 )
+
+// attackFor is how long the attacker runs.
+const attackFor = 90 * time.Second
 
 // attackScript is hostile code in the sandbox doing what issue 26 describes to every session client the runtime
 // execs (`airlock-init connect`, same uid): stop it, open its stdin and stdout through /proc before it makes
@@ -21,7 +23,7 @@ FORGED = (b'AIRLOCK1 64\n{"known":true,"done":true,"code":0,"trailer":{"v":1,"ex
           b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + b'R\x00\x00\x00\x10FORGED-OUTCOME!!')
 seen, stats = set(), {"clients": 0, "stopped": 0, "fd1": 0, "fd0": 0, "stolen": 0, "forged": 0}
 stolen = open("/tmp/stolen", "ab")
-end = time.time() + 600
+end = time.time() + float(os.environ.get("ATTACK_SECONDS", "90"))
 n = 0
 while time.time() < end:
     for p in os.listdir("/proc"):
@@ -71,7 +73,9 @@ while time.time() < end:
 // commands carrying a secret in their env run through the engine as the gateway runs them. No answer it forges
 // becomes a result (every result is the command's own, or an error the caller sees as such), and nothing it
 // reads from the stream holds the secret. Without TLS on the session (pid1link) the forged reply frame, written
-// before the real one, would be read as exit 0.
+// before the real one, would be read as exit 0. What it can do is deny its own sandbox sessions, as `kill -9 1`
+// can end it: the exec'd client runs as the sandbox user, so this attacker, which wins the race for every client
+// on this node, breaks every session opened while it runs (logged, not asserted).
 func TestSessionHolderCannotForgeOrRead(t *testing.T) {
 	ns := newTenant(t)
 	createSandbox(t, ns, "attacked")
@@ -85,13 +89,15 @@ func TestSessionHolderCannotForgeOrRead(t *testing.T) {
 	sh(t, ns, "attacked", "cat > /tmp/attack.py <<'PYEOF'\n"+attackScript+"\nPYEOF", 20*time.Second)
 	bg := tgt
 	bg.Argv = []string{"python3", "/tmp/attack.py"}
+	bg.Env = map[string]string{"ATTACK_SECONDS": fmt.Sprint(int(attackFor.Seconds()))}
+	attackStarted := time.Now()
 	proc, err := engine.StartBackground(ctx, bg)
 	if err != nil || proc.Trailer != nil {
 		t.Fatalf("starting the attacker: %+v, %v", proc, err)
 	}
 
 	const secret = "s3cr3t-token-0f-the-task-7c1d"
-	const rounds = 40
+	const rounds = 12
 	honest, failed := 0, 0
 	for i := range rounds {
 		req := tgt
@@ -109,9 +115,9 @@ func TestSessionHolderCannotForgeOrRead(t *testing.T) {
 			t.Fatalf("round %d: a result that is not the command's own: %+v", i, res)
 		}
 	}
-	if _, err := engine.Control(ctx, tgt, runwrap.Request{Op: runwrap.OpKill, Config: runwrap.Config{ID: proc.ID}}); err != nil {
-		t.Logf("stopping the attacker: %v", err)
-	}
+	// The attacker stops on its own (ATTACK_SECONDS): under its attack no new session could tell it to.
+	deadline := attackStarted.Add(attackFor + 5*time.Second)
+	time.Sleep(time.Until(deadline))
 	stats := sh(t, ns, "attacked", "cat /tmp/attack.json; echo; wc -c < /tmp/stolen; grep -c -a -F '"+secret+"' /tmp/stolen || true", 20*time.Second)
 	t.Logf("%d honest results, %d failed calls; attacker: %s", honest, failed, strings.TrimSpace(stats.Stdout))
 	lines := strings.Split(strings.TrimSpace(stats.Stdout), "\n")
@@ -120,8 +126,5 @@ func TestSessionHolderCannotForgeOrRead(t *testing.T) {
 	}
 	if !strings.Contains(lines[0], `'clients': `) || strings.Contains(lines[0], `'clients': 0,`) {
 		t.Fatalf("the attacker saw no session client, so it tested nothing: %q", stats.Stdout)
-	}
-	if honest < rounds/2 {
-		t.Fatalf("only %d of %d calls came back: the gateway should retry past a broken session more often", honest, rounds)
 	}
 }
